@@ -1,0 +1,46 @@
+# mtx — the two commands a newcomer needs are `make demo` and `make test`; both install first.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# The CPU build of torch is installed first and pinned: an unpinned `torch` pulls a multi-GB CUDA build.
+# pyproject.toml keeps the permissive torch>=2.4 for users with GPUs.
+TORCH  ?= torch==2.13.0
+DEMO   := runs/demo
+
+.PHONY: install test test-fast test-slow lint demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# The whole suite: unit, integration (the CLI pipeline), distributed (gloo) and slow system tests.
+test: install
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q --durations=15
+
+test-fast: install
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q -m "not slow and not dist"
+
+test-slow: install
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q -m "slow or dist"
+
+lint: install
+	$(BIN)/ruff check mtx tests bench
+
+# The main job on the built-in demo corpus: prepare → train → average → translate → score.
+demo: install
+	bash bench/../scripts/demo.sh $(BIN) $(DEMO)
+
+bench: install
+	bash bench/setup_env.sh
+	OMP_WAIT_POLICY=PASSIVE .bench-venv/bin/python bench/model.py
+	OMP_WAIT_POLICY=PASSIVE .bench-venv/bin/python bench/train.py
+	OMP_WAIT_POLICY=PASSIVE .bench-venv/bin/python bench/translate.py
+
+clean:
+	rm -rf $(VENV) .bench-venv runs .pytest_cache .ruff_cache

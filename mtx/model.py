@@ -1,0 +1,326 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), top to bottom.
+
+Reading order: sinusoidal positions (§3.5) → multi-head attention (§3.2) → the feed-forward block (§3.3) →
+encoder and decoder layers (§3.1) → the model, with training `forward` and the inference API that beam search
+drives: `encode`, `init_state`, `decode_step` over an explicit `DecoderState` value.
+
+Shapes are batch-first: B sentences, S source and T target positions, D = d_model, H heads, Dh = D / H,
+V the vocabulary. Padding masks are boolean with True marking padding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mtx.config import ModelConfig
+from mtx.errors import MtxError
+
+
+class SequenceTooLongError(MtxError):
+    """A sequence longer than the model's positional table: the model cannot represent it."""
+
+
+# ------------------------------------------------------------------------------------------ positions §3.5
+
+
+def sinusoidal_positions(max_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...): fixed, so nothing to learn or save."""
+    position = torch.arange(max_positions, dtype=torch.float32).unsqueeze(1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_positions, d_model)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq)
+    return table
+
+
+# ------------------------------------------------------------------------------------------ attention §3.2
+
+
+def _key_padding_mask(pad: Tensor | None) -> Tensor | None:
+    """(B, S) True = padding → (B, 1, 1, S) True = may attend, the boolean form SDPA expects."""
+    return None if pad is None else ~pad[:, None, None, :]
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over H heads, on `F.scaled_dot_product_attention`.
+
+    Queries, keys and values have separate projections (the paper's W^Q, W^K, W^V), packed into one matrix for
+    self-attention (one matmul for Q, K and V) and into a K/V pair for cross-attention, whose keys and values
+    come from the encoder and are projected once per sentence at inference.
+    """
+
+    def __init__(self, d_model: int, heads: int, attn_dropout: float, self_attention: bool) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, d_model // heads
+        self.attn_dropout = attn_dropout
+        if self_attention:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        else:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _split_heads(self, x: Tensor) -> Tensor:  # (B, L, D) -> (B, H, L, Dh)
+        return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
+
+    def _merge_heads(self, x: Tensor) -> Tensor:  # (B, H, L, Dh) -> (B, L, D)
+        return x.transpose(1, 2).flatten(2)
+
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return tuple(self._split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        return tuple(self._split_heads(t) for t in self.kv_proj(memory).chunk(2, dim=-1))
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+        dropout = self.attn_dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+        return self.out_proj(self._merge_heads(out))
+
+    def forward_self(self, x: Tensor, pad: Tensor | None = None, causal: bool = False) -> Tensor:
+        q, k, v = self.project_qkv(x)
+        return self.attend(q, k, v, _key_padding_mask(pad), causal)
+
+    def forward_cross(self, x: Tensor, memory: Tensor, memory_pad: Tensor | None) -> Tensor:
+        k, v = self.project_kv(memory)
+        return self.attend(self._split_heads(self.q_proj(x)), k, v, _key_padding_mask(memory_pad))
+
+
+# ------------------------------------------------------------------------------------- feed-forward §3.3
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike."""
+
+    def __init__(self, d_model: int, d_ff: int, relu_dropout: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(relu_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+
+
+# ---------------------------------------------------------------------------------------- layers §3.1
+
+
+class Residual(nn.Module):
+    """One sub-layer's residual connection with LayerNorm and dropout (§5.4).
+
+    post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x))).
+    pre-norm: x + Dropout(Sublayer(LayerNorm(x))), which trains deep or large models without warmup trouble.
+    """
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout, self_attention=True)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.relu_dropout)
+        self.attn_residual = Residual(cfg.d_model, cfg.dropout, pre)
+        self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(self, x: Tensor, src_pad: Tensor | None) -> Tensor:
+        x = self.attn_residual(x, lambda h: self.self_attn.forward_self(h, src_pad))
+        return self.ffn_residual(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        pre = cfg.norm == "pre"
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout, self_attention=True)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout, self_attention=False)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.relu_dropout)
+        self.self_residual = Residual(cfg.d_model, cfg.dropout, pre)
+        self.cross_residual = Residual(cfg.d_model, cfg.dropout, pre)
+        self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre)
+
+    def forward(self, x: Tensor, memory: Tensor, src_pad: Tensor | None) -> Tensor:
+        """Training: all target positions at once, the causal mask hiding the future."""
+        x = self.self_residual(x, lambda h: self.self_attn.forward_self(h, causal=True))
+        x = self.cross_residual(x, lambda h: self.cross_attn.forward_cross(h, memory, src_pad))
+        return self.ffn_residual(x, self.ffn)
+
+    def step(self, x: Tensor, layer: int, state: DecoderState) -> Tensor:
+        """Inference: one new position (B, 1, D). Its K/V are written into the cache at `state.step`, and it
+        attends to the positions cached so far, so no causal mask is needed."""
+        t = state.step
+
+        def self_attend(h: Tensor) -> Tensor:
+            q, k, v = self.self_attn.project_qkv(h)
+            state.self_kv[layer, 0, :, :, t : t + 1] = k
+            state.self_kv[layer, 1, :, :, t : t + 1] = v
+            keys, values = state.self_kv[layer, 0, :, :, : t + 1], state.self_kv[layer, 1, :, :, : t + 1]
+            return self.self_attn.attend(q, keys, values)
+
+        def cross_attend(h: Tensor) -> Tensor:
+            q = self.cross_attn._split_heads(self.cross_attn.q_proj(h))
+            keys, values = state.cross_kv[layer, 0], state.cross_kv[layer, 1]
+            return self.cross_attn.attend(q, keys, values, state.memory_mask)
+
+        x = self.self_residual(x, self_attend)
+        x = self.cross_residual(x, cross_attend)
+        return self.ffn_residual(x, self.ffn)
+
+
+# ------------------------------------------------------------------------------------ decoder state
+
+
+@dataclass
+class DecoderState:
+    """Everything the decoder remembers between steps, as one value that search can reorder.
+
+    self_kv:  (L, 2, B, H, max_len, Dh) self-attention keys/values, preallocated and written at `step`, so
+              each step costs one write instead of a concatenation that copies the whole cache.
+    cross_kv: (L, 2, B, H, S, Dh) cross-attention keys/values, projected from the encoder output once.
+    memory_mask: (B, 1, 1, S) True where a source position may be attended (None: no padding).
+    step:     how many target positions are cached, which is also the position of the next token.
+    """
+
+    self_kv: Tensor
+    cross_kv: Tensor
+    memory_mask: Tensor | None
+    step: int = 0
+
+    @property
+    def max_len(self) -> int:
+        return self.self_kv.shape[4]
+
+    def reorder(self, idx: Tensor, cross: bool = True) -> DecoderState:
+        """Keep batch rows `idx`, in that order: beams follow their parents, finished sentences drop out.
+
+        `cross=False` keeps the cross-attention cache as it is, which is right (and cheaper) when `idx` only
+        moves rows among the beams of the same sentence, whose encoder outputs are identical.
+        """
+        self_kv = self.self_kv[:, :, :, :, : self.step].index_select(2, idx)
+        full = self.self_kv.new_empty(self_kv.shape[:4] + (self.max_len, self_kv.shape[5]))
+        full[:, :, :, :, : self.step] = self_kv
+        if not cross:
+            return DecoderState(full, self.cross_kv, self.memory_mask, self.step)
+        mask = None if self.memory_mask is None else self.memory_mask.index_select(0, idx)
+        return DecoderState(full, self.cross_kv.index_select(2, idx), mask, self.step)
+
+
+# ------------------------------------------------------------------------------------------- the model
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer with one vocabulary for source, target and output."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> None:
+        super().__init__()
+        self.cfg, self.vocab_size, self.pad_id = cfg, vocab_size, pad_id
+        d = cfg.d_model
+        # §3.4: the embeddings are multiplied by sqrt(d_model); with N(0, d^-1/2) initialisation this makes
+        # the scaled embeddings unit-variance, on the scale of the positional encodings.
+        self.embed_scale = math.sqrt(d)
+        self.tgt_embed = nn.Embedding(vocab_size, d, padding_idx=pad_id)
+        self.src_embed = self.tgt_embed if cfg.share_embeddings else nn.Embedding(vocab_size, d, padding_idx=pad_id)
+        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, d), persistent=False)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers_enc))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers_dec))
+        # Pre-norm leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
+        pre = cfg.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform projections with zero biases, N(0, d^-1/2) embeddings with a zero pad row (fairseq)."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
+        for embed in {id(self.src_embed): self.src_embed, id(self.tgt_embed): self.tgt_embed}.values():
+            nn.init.normal_(embed.weight, mean=0.0, std=self.cfg.d_model**-0.5)
+            with torch.no_grad():
+                embed.weight[self.pad_id].zero_()
+
+    # ---- pieces shared by training and inference
+
+    def _check_length(self, length: int, what: str) -> None:
+        if length > self.cfg.max_positions:
+            raise SequenceTooLongError(
+                f"A {what} sequence of {length} tokens is longer than the model's max_positions "
+                f"({self.cfg.max_positions}): shorten or split it, or train with a larger model.max_positions."
+            )
+
+    def _embed(self, embed: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
+        x = embed(tokens) * self.embed_scale + self.positions[start : start + tokens.shape[1]].to(embed.weight.dtype)
+        return self.dropout(x)
+
+    def output_logits(self, h: Tensor) -> Tensor:
+        """The pre-softmax projection shares the target embedding matrix (§3.4); it has no bias."""
+        return F.linear(h, self.tgt_embed.weight)
+
+    # ---- training
+
+    def encode(self, src: Tensor, src_pad: Tensor | None) -> Tensor:
+        """(B, S) token ids → (B, S, D) encoder output ("memory")."""
+        self._check_length(src.shape[1], "source")
+        x = self._embed(self.src_embed, src)
+        for layer in self.encoder_layers:
+            x = layer(x, src_pad)
+        return self.encoder_norm(x)
+
+    def forward(self, src: Tensor, src_pad: Tensor | None, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: (B, S) source and (B, T) shifted target → (B, T, V) logits."""
+        self._check_length(tgt_in.shape[1], "target")
+        memory = self.encode(src, src_pad)
+        x = self._embed(self.tgt_embed, tgt_in)
+        for layer in self.decoder_layers:
+            x = layer(x, memory, src_pad)
+        return self.output_logits(self.decoder_norm(x))
+
+    # ---- inference
+
+    def init_state(self, memory: Tensor, src_pad: Tensor | None, max_len: int) -> DecoderState:
+        """An empty cache for up to `max_len` target positions, with the cross-attention K/V projected once."""
+        self._check_length(max_len, "target")
+        batch, d = memory.shape[0], self.cfg.d_model
+        heads = self.cfg.heads
+        cross = torch.stack([torch.stack(layer.cross_attn.project_kv(memory)) for layer in self.decoder_layers])
+        self_kv = memory.new_empty(len(self.decoder_layers), 2, batch, heads, max_len, d // heads)
+        return DecoderState(self_kv, cross, _key_padding_mask(src_pad), step=0)
+
+    def decode_step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        """Feed one token per sentence, (B,), at position `state.step` → (B, V) float32 log-probabilities."""
+        if state.step >= state.max_len:
+            raise SequenceTooLongError(f"The decoder state holds {state.max_len} positions; all are used.")
+        x = self._embed(self.tgt_embed, prev.unsqueeze(1), start=state.step)
+        for i, layer in enumerate(self.decoder_layers):
+            x = layer.step(x, i, state)
+        logits = self.output_logits(self.decoder_norm(x)).squeeze(1)
+        state.step += 1
+        return F.log_softmax(logits.float(), dim=-1), state
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters, each shared matrix counted once (as the paper's 65M / 213M are)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def count_parameters_for(cfg: ModelConfig, vocab_size: int) -> int:
+    """The parameter count of a recipe's model, built on the meta device: exact, and no memory is used."""
+    with torch.device("meta"):
+        return count_parameters(Transformer(cfg, vocab_size))

@@ -1,0 +1,114 @@
+"""Recipes: every shipped recipe validates, and every kind of mistake gets a message naming its key."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtx.config import ConfigError, load_recipe, parse_duration, parse_override
+
+RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
+GOOD = """\
+name: t
+data:
+  source: {demo: {pairs: 100}}
+  bpe: {vocab_size: 1000}
+model: {preset: small}
+train: {max_steps: 10}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def run_mtx(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mtx", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_every_shipped_recipe_validates(recipe: Path) -> None:
+    loaded = load_recipe(recipe)
+    assert loaded.name and loaded.model.d_model
+
+
+def test_presets_expand_and_fields_override(tmp_path: Path) -> None:
+    recipe = load_recipe(write(tmp_path, GOOD), ["model.dropout=0.2", "model.norm=pre"])
+    assert (recipe.model.layers_enc, recipe.model.d_model, recipe.model.heads, recipe.model.d_ff) == (3, 256, 4, 1024)
+    assert recipe.model.dropout == 0.2 and recipe.model.norm == "pre"
+
+
+def test_overrides_are_typed_by_yaml(tmp_path: Path) -> None:
+    recipe = load_recipe(write(tmp_path, GOOD), ["train.max_steps=200", "train.betas=[0.9, 0.99]",
+                                                 "train.max_time=2h", "train.lr=5e-4"])
+    assert recipe.train.max_steps == 200 and recipe.train.betas == [0.9, 0.99]
+    assert recipe.train.lr == 5e-4 and parse_duration(recipe.train.max_time) == 7200
+    assert parse_override("a.b=[1, 2]") == (["a", "b"], [1, 2])
+
+
+def test_resolved_recipe_round_trips(tmp_path: Path) -> None:
+    """What `mtx config` prints is itself a recipe that resolves to the same thing."""
+    result = run_mtx("config", str(write(tmp_path, GOOD)))
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout
+    assert "# params:" in printed.splitlines()[-1]
+    again = write(tmp_path, printed)
+    assert load_recipe(again) == load_recipe(tmp_path / "recipe.yaml")
+
+
+def test_config_prints_the_paper_parameter_count(tmp_path: Path) -> None:
+    base = GOOD.replace("preset: small", "preset: base").replace("vocab_size: 1000", "vocab_size: 37000")
+    result = run_mtx("config", str(write(tmp_path, base)))
+    assert result.stdout.splitlines()[-1].startswith("# params: 63,082,496")
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "expected"),
+    [
+        (None, [], "does not exist"),
+        ("name: t\ndata: a: b\n", [], "not valid YAML at line 2"),
+        (GOOD, ["train.max_tokns=10"], "train.max_tokns: did you mean train.max_tokens?"),
+        (GOOD, ["max_tokens=10"], "did you mean train.max_tokens?"),
+        (GOOD, ["train.max_tokens=many"], "train.max_tokens = 'many' must be an integer"),
+        (GOOD, ["train.max_tokens=0"], "train.max_tokens = 0 must be at least 1"),
+        (GOOD, ["model.preset=bse"], "did you mean 'base'?"),
+        (GOOD, ["model.heads=5"], "model.heads = 5 must divide d_model (256)"),
+        (GOOD, ["train.label_smoothing=1.5"], "train.label_smoothing = 1.5 must be in [0, 1)"),
+        (GOOD, ["train.max_time=soon"], "train.max_time = 'soon' is not a duration"),
+        (GOOD, ["data.source.files={train: [a.en, a.de]}"], "exactly one of hf, files, tsv, demo"),
+        (GOOD.replace("name: t\n", ""), [], "name is missing"),
+        (GOOD, ["train.max_steps"], "must look like KEY=VALUE"),
+    ],
+)
+def test_recipe_errors_name_the_key_and_exit_1(tmp_path: Path, text, overrides, expected) -> None:
+    path = tmp_path / "missing.yaml" if text is None else write(tmp_path, text)
+    with pytest.raises(ConfigError, match=None) as caught:
+        load_recipe(path, overrides)
+    assert expected in str(caught.value)
+    args = ["config", str(path)] + [a for o in overrides for a in ("--set", o)]
+    result = run_mtx(*args)
+    assert result.returncode == 1
+    assert expected in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 4
+
+
+def test_version_and_help_are_fast_and_torch_free() -> None:
+    code = "import sys; from mtx import cli, config; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+    result = run_mtx("--version")
+    assert result.returncode == 0 and result.stdout.startswith("mtx ")
+
+
+def test_shipped_recipes_match_the_paper() -> None:
+    folder = RECIPES[0].parent
+    names = ("en_de_base", "en_de_big", "en_fr_big")
+    de_base, de_big, fr_big = (load_recipe(folder / f"wmt14_{name}.yaml") for name in names)
+    assert de_base.data.bpe.vocab_size == de_big.data.bpe.vocab_size == 37000 and fr_big.data.bpe.vocab_size == 32000
+    assert (de_base.model.dropout, de_big.model.dropout, fr_big.model.dropout) == (0.1, 0.3, 0.1)
+    assert (de_base.train.max_steps, de_big.train.max_steps) == (100_000, 300_000)
+    for recipe in (de_base, de_big, fr_big):
+        assert (recipe.decode.beam, recipe.decode.lenpen, recipe.decode.max_len_b) == (4, 0.6, 50)
+        assert recipe.train.warmup == 4000 and recipe.train.label_smoothing == 0.1

@@ -1,0 +1,127 @@
+"""Invariants of the Transformer: sizes, incremental decoding, causality, padding."""
+
+import pytest
+import torch
+
+from mtx.config import ModelConfig, resolve_model
+from mtx.model import SequenceTooLongError, Transformer, count_parameters, count_parameters_for
+
+VOCAB = 50
+
+
+def tiny_model(norm: str = "post", share: bool = True, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = resolve_model(ModelConfig(preset="tiny", d_model=32, heads=4, d_ff=64, norm=norm,
+                                    share_embeddings=share, max_positions=64))
+    return Transformer(cfg, VOCAB).eval()
+
+
+def batch(seed: int = 1, lengths: tuple[int, ...] = (7, 4, 9)) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random sources of the given lengths, right-padded with 0."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for i, n in enumerate(lengths):
+        src[i, :n] = torch.randint(4, VOCAB, (n,), generator=g)
+    return src, src == 0
+
+
+@pytest.mark.parametrize(("preset", "expected"), [("base", 63_082_496), ("big", 214_245_376)])
+def test_paper_parameter_counts(preset: str, expected: int) -> None:
+    """Table 3 with a 37k shared vocabulary: base ≈ 63.1M (paper 65M), big ≈ 214.2M (paper 213M)."""
+    count = count_parameters_for(resolve_model(ModelConfig(preset=preset)), 37_000)
+    assert count == expected
+    assert abs(count - {"base": 63.1e6, "big": 214.2e6}[preset]) / count < 0.002
+
+
+def test_meta_count_equals_real_model() -> None:
+    model = tiny_model(share=False)
+    assert count_parameters(model) == count_parameters_for(model.cfg, VOCAB)
+
+
+def test_untied_embeddings_add_a_source_matrix() -> None:
+    assert count_parameters(tiny_model(share=False)) - count_parameters(tiny_model()) == VOCAB * 32
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_decode_step_reproduces_forward(norm: str) -> None:
+    """Stepping the KV cache token by token gives the teacher-forced log-probabilities, padding included."""
+    model = tiny_model(norm)
+    src, src_pad = batch()
+    tgt_in = torch.randint(4, VOCAB, (3, 6), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = torch.log_softmax(model(src, src_pad, tgt_in), dim=-1)
+        state = model.init_state(model.encode(src, src_pad), src_pad, max_len=10)
+        steps = [model.decode_step(tgt_in[:, t], state)[0] for t in range(tgt_in.shape[1])]
+    torch.testing.assert_close(torch.stack(steps, dim=1), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cross", [True, False])
+def test_decode_step_after_reorder(cross: bool) -> None:
+    """Reordering the state mid-sequence is the same as having decoded the reordered batch from the start."""
+    model = tiny_model()
+    src, src_pad = batch(lengths=(5, 5, 5)) if not cross else batch()
+    if not cross:  # rows that share one source, as the beams of a sentence do
+        src, src_pad = src[:1].expand(3, -1), src_pad[:1].expand(3, -1)
+    tgt_in = torch.randint(4, VOCAB, (3, 6), generator=torch.Generator().manual_seed(3))
+    idx = torch.tensor([2, 0, 0])
+    with torch.no_grad():
+        state = model.init_state(model.encode(src, src_pad), src_pad, max_len=8)
+        for t in range(3):
+            model.decode_step(tgt_in[:, t], state)
+        state = state.reorder(idx, cross=cross)
+        got = [model.decode_step(tgt_in[idx, t], state)[0] for t in range(3, 6)]
+        expected = torch.log_softmax(model(src[idx], src_pad[idx], tgt_in[idx]), dim=-1)[:, 3:]
+    torch.testing.assert_close(torch.stack(got, dim=1), expected, atol=1e-5, rtol=0)
+
+
+def test_causality() -> None:
+    """Changing a future target token never changes the outputs at earlier positions."""
+    model = tiny_model()
+    src, src_pad = batch()
+    tgt_in = torch.randint(4, VOCAB, (3, 8), generator=torch.Generator().manual_seed(4))
+    changed = tgt_in.clone()
+    changed[:, 5:] = torch.randint(4, VOCAB, (3, 3), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        a, b = model(src, src_pad, tgt_in), model(src, src_pad, changed)
+    torch.testing.assert_close(a[:, :5], b[:, :5], atol=1e-6, rtol=0)
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_source_padding_is_invisible(norm: str) -> None:
+    """A sentence alone, padded, or batched with a longer one gives the same outputs."""
+    model = tiny_model(norm)
+    src, src_pad = batch(lengths=(4, 9))
+    tgt_in = torch.randint(4, VOCAB, (2, 5), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        alone = model(src[:1, :4], None, tgt_in[:1])
+        padded = model(torch.cat([src[:1, :4], torch.zeros(1, 6, dtype=torch.long)], 1),
+                       torch.tensor([[False] * 4 + [True] * 6]), tgt_in[:1])
+        batched = model(src, src_pad, tgt_in)[:1]
+    torch.testing.assert_close(padded, alone, atol=1e-5, rtol=0)
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=0)
+
+
+def test_too_long_sequences_are_refused_clearly() -> None:
+    model = tiny_model()
+    with pytest.raises(SequenceTooLongError, match="max_positions"):
+        model.encode(torch.ones(1, 65, dtype=torch.long), None)
+    with pytest.raises(SequenceTooLongError, match="max_positions"):
+        model(torch.ones(1, 3, dtype=torch.long), None, torch.ones(1, 65, dtype=torch.long))
+
+
+def test_three_way_tying_shares_one_matrix() -> None:
+    model = tiny_model()
+    assert model.src_embed.weight is model.tgt_embed.weight
+    names = [n for n, _ in model.named_parameters()]
+    assert sum("embed" in n for n in names) == 1
+
+
+def test_dropout_only_in_training() -> None:
+    model = tiny_model()
+    src, src_pad = batch()
+    tgt_in = torch.randint(4, VOCAB, (3, 5), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        torch.testing.assert_close(model(src, src_pad, tgt_in), model(src, src_pad, tgt_in))
+        model.train()
+        assert not torch.allclose(model(src, src_pad, tgt_in), model(src, src_pad, tgt_in))
