@@ -194,12 +194,18 @@ class DecoderState:
     cross_kv: (L, 2, B, H, S, Dh) cross-attention keys/values, projected from the encoder output once.
     memory_mask: (B, 1, 1, S) True where a source position may be attended (None: no padding).
     step:     how many target positions are cached, which is also the position of the next token.
+    spare:    a second self-attention buffer: `reorder` gathers into it and the two swap, so beam search
+              reorders with one copy of the filled positions and no allocation.
+
+    A state is owned by one search: `decode_step` writes into it and `reorder` recycles its buffer, so after
+    either call only the returned state is valid.
     """
 
     self_kv: Tensor
     cross_kv: Tensor
     memory_mask: Tensor | None
     step: int = 0
+    spare: Tensor | None = None
 
     @property
     def max_len(self) -> int:
@@ -211,13 +217,17 @@ class DecoderState:
         `cross=False` keeps the cross-attention cache as it is, which is right (and cheaper) when `idx` only
         moves rows among the beams of the same sentence, whose encoder outputs are identical.
         """
-        self_kv = self.self_kv[:, :, :, :, : self.step].index_select(2, idx)
-        full = self.self_kv.new_empty(self_kv.shape[:4] + (self.max_len, self_kv.shape[5]))
-        full[:, :, :, :, : self.step] = self_kv
+        rows = idx.numel()
+        if self.spare is not None and self.spare.shape[2] >= rows:
+            target = self.spare[:, :, :rows]
+        else:
+            target = self.self_kv.new_empty(self.self_kv.shape[:2] + (rows,) + self.self_kv.shape[3:])
+        filled = (slice(None),) * 4 + (slice(0, self.step),)
+        torch.index_select(self.self_kv[filled], 2, idx, out=target[filled])
         if not cross:
-            return DecoderState(full, self.cross_kv, self.memory_mask, self.step)
+            return DecoderState(target, self.cross_kv, self.memory_mask, self.step, spare=self.self_kv)
         mask = None if self.memory_mask is None else self.memory_mask.index_select(0, idx)
-        return DecoderState(full, self.cross_kv.index_select(2, idx), mask, self.step)
+        return DecoderState(target, self.cross_kv.index_select(2, idx), mask, self.step, spare=self.self_kv)
 
 
 # ------------------------------------------------------------------------------------------- the model

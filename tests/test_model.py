@@ -125,3 +125,32 @@ def test_dropout_only_in_training() -> None:
         torch.testing.assert_close(model(src, src_pad, tgt_in), model(src, src_pad, tgt_in))
         model.train()
         assert not torch.allclose(model(src, src_pad, tgt_in), model(src, src_pad, tgt_in))
+
+
+def test_repeated_reorders_grow_shrink_and_recycle_buffers() -> None:
+    """Beam search reorders every step, expands the batch at the start and shrinks it as sentences finish.
+
+    Every row is fed its own tokens, so a row that inherited the wrong parent's cache would show.
+    """
+    model = tiny_model()
+    src, src_pad = batch(lengths=(6, 3))
+    g = torch.Generator().manual_seed(8)
+    with torch.no_grad():
+        state = model.init_state(model.encode(src, src_pad), src_pad, max_len=8)
+        history = torch.randint(4, VOCAB, (2, 1), generator=g)
+        model.decode_step(history[:, 0], state)
+        sentence = torch.tensor([0, 0, 1, 1])
+        state, history = state.reorder(sentence), history[sentence]  # grow: two beams per sentence
+        for idx in ([1, 0, 3, 2], [0, 0, 2, 3], [1, 1, 3, 2]):
+            token = torch.randint(4, VOCAB, (4,), generator=g)
+            model.decode_step(token, state)
+            idx = torch.tensor(idx)
+            state = state.reorder(idx, cross=False)
+            history, sentence = torch.cat([history, token[:, None]], 1)[idx], sentence[idx]
+        keep = torch.tensor([0, 3])  # shrink: one beam of each sentence goes on
+        state, history, sentence = state.reorder(keep), history[keep], sentence[keep]
+        tail = torch.randint(4, VOCAB, (2, 3), generator=g)
+        got = [model.decode_step(tail[:, t], state)[0] for t in range(3)]
+        full = torch.cat([history, tail], 1)
+        expected = torch.log_softmax(model(src[sentence], src_pad[sentence], full), dim=-1)[:, 4:]
+    torch.testing.assert_close(torch.stack(got, dim=1), expected, atol=1e-5, rtol=0)

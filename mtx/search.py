@@ -1,0 +1,241 @@
+"""Greedy and beam search over the model's step API: `encode`, `init_state`, `decode_step`, `DecoderState.reorder`.
+
+Both searches decode a whole batch at once. Beam search keeps `beam` open hypotheses per sentence as rows of one
+(sentences × beam) batch, so every step is a handful of tensor operations whatever the batch size; Python only
+touches the hypotheses that end (to set them aside) and the sentences that finish (to drop them from the batch).
+
+Conventions shared with the trainer: decoding starts from BOS; a hypothesis ends with EOS, which is not part of
+its tokens but whose log-probability counts in its score (as in fairseq). A sentence may produce at most
+`max_len[i]` tokens before EOS; at that length EOS is forced. PAD and BOS are never produced.
+
+Scores are length-normalised: score = log P(Y | X) / lp(|Y|), with |Y| counting EOS and
+    gnmt:    lp(|Y|) = ((5 + |Y|) / 6) ** α    (Wu et al., 2016; what the Transformer paper used, α = 0.6)
+    fairseq: lp(|Y|) = |Y| ** α
+Both are 1 for α = 0, which makes the score the plain log-probability.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from mtx.tokenizer import BOS, EOS, PAD
+
+LengthPenaltyStyle = Literal["gnmt", "fairseq"]
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One finished translation: its tokens (EOS excluded) and its length-normalised log-probability."""
+
+    tokens: list[int]
+    score: float
+
+
+def length_penalty(length: Tensor | float, alpha: float, style: LengthPenaltyStyle) -> Tensor | float:
+    """lp(|Y|), the divisor of a hypothesis' log-probability; non-decreasing in |Y| for α ≥ 0."""
+    if style == "gnmt":
+        return ((5.0 + length) / 6.0) ** float(alpha)
+    if style == "fairseq":
+        return length ** float(alpha)
+    raise ValueError(f"unknown length penalty style {style!r}")
+
+
+def constrain(log_probs: Tensor, step: int, min_len: int, max_len: Tensor) -> Tensor:
+    """Forbid what may not come next, in place: PAD and BOS always, EOS before `min_len` tokens, and anything
+    but EOS once a row has `max_len` tokens (the length cap wins over `min_len`).
+
+    log_probs: (N, V) for the token at position `step`, i.e. after `step` tokens; max_len: (N,) per row.
+    """
+    at_limit = max_len <= step
+    if step < min_len:
+        log_probs[:, EOS].masked_fill_(~at_limit, -torch.inf)
+    if bool(at_limit.any()):
+        not_eos = torch.ones(log_probs.shape[1], dtype=torch.bool, device=log_probs.device)
+        not_eos[EOS] = False
+        log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, -torch.inf)
+    log_probs[:, PAD] = -torch.inf
+    log_probs[:, BOS] = -torch.inf
+    return log_probs
+
+
+def _start(model, src: Tensor, src_pad: Tensor, max_len: Tensor, rows_per_sentence: int):
+    """Encode the batch and make a decoder state with room for the longest output plus its EOS."""
+    memory = model.encode(src, src_pad)
+    state = model.init_state(memory, src_pad, max_len=int(max_len.max()) + 1)
+    if rows_per_sentence > 1:
+        state = state.reorder(torch.arange(src.shape[0], device=src.device).repeat_interleave(rows_per_sentence))
+    return state
+
+
+@torch.inference_mode()
+def greedy_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, min_len: int = 0,
+                  lenpen: float = 0.0, lenpen_style: LengthPenaltyStyle = "gnmt") -> list[list[Hypothesis]]:
+    """The most probable token at every step; a sentence leaves the batch as soon as it produces EOS.
+
+    src, src_pad: (B, S); max_len: (B,) the most tokens each sentence may produce before EOS.
+    Returns for each sentence a one-element n-best list, scored as beam search scores it.
+    """
+    batch = src.shape[0]
+    state = _start(model, src, src_pad, max_len, rows_per_sentence=1)
+    sentence = torch.arange(batch, device=src.device)  # which input sentence each row decodes
+    row_max_len = max_len.to(src.device)
+    tokens = src.new_zeros(batch, int(max_len.max()) + 1)
+    log_prob = torch.zeros(batch, device=src.device)
+    prev = src.new_full((batch,), BOS)
+    results: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    for step in range(tokens.shape[1]):
+        log_probs, state = model.decode_step(prev, state)
+        best, prev = constrain(log_probs, step, min_len, row_max_len).max(dim=-1)
+        log_prob += best
+        tokens[:, step] = prev
+        ended = prev == EOS
+        if not bool(ended.any()):
+            continue
+        scores = log_prob[ended] / length_penalty(step + 1.0, lenpen, lenpen_style)
+        ended_tokens = tokens[ended, :step].tolist()
+        for i, row_tokens, score in zip(sentence[ended].tolist(), ended_tokens, scores.tolist(), strict=True):
+            results[i] = [Hypothesis(row_tokens, score)]
+        keep = (~ended).nonzero().squeeze(1)
+        if keep.numel() == 0:
+            break
+        state = state.reorder(keep)
+        sentence, row_max_len, tokens, log_prob, prev = (
+            t[keep] for t in (sentence, row_max_len, tokens, log_prob, prev)
+        )
+    return results
+
+
+def top_candidates(beam_scores: Tensor, log_probs: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The 2·beam best one-token extensions of each sentence's beams, best first.
+
+    beam_scores: (B, K) log-probabilities of the open hypotheses; log_probs: (B·K, V) of their next token.
+    Returns (scores, parent beam in 0..K-1, token), each (B, 2K). Twice the beam is enough for `beam` of them
+    to be something other than EOS, since each parent contributes at most one EOS.
+    """
+    vocab = log_probs.shape[1]
+    scores = (beam_scores.unsqueeze(2) + log_probs.view(*beam_scores.shape, vocab)).view(beam_scores.shape[0], -1)
+    scores, flat = scores.topk(min(2 * beam, scores.shape[1]), dim=1)
+    return scores, torch.div(flat, vocab, rounding_mode="floor"), flat % vocab
+
+
+def first_open(token: Tensor, beam: int) -> Tensor:
+    """Positions of the first `beam` candidates that are not EOS (they continue), in score order: (B, K)."""
+    is_eos = (token == EOS).to(torch.int8)
+    return is_eos.sort(dim=1, stable=True).indices[:, :beam]
+
+
+class Finished:
+    """The hypotheses one sentence has set aside, best first, at most `nbest` of them kept."""
+
+    def __init__(self, nbest: int) -> None:
+        self.nbest = nbest
+        self.count = 0  # every hypothesis ever ended, kept or not: beam search stops at `beam` of them
+        self.best: list[Hypothesis] = []
+
+    def add(self, hypothesis: Hypothesis) -> None:
+        self.count += 1
+        self.best.append(hypothesis)
+        self.best.sort(key=lambda h: -h.score)  # stable: of equal scores, the one that ended first wins
+        del self.best[self.nbest :]
+
+    @property
+    def worst_kept(self) -> float:
+        """The score a new hypothesis must beat to enter the n-best: -inf until there are `nbest` of them."""
+        return self.best[-1].score if len(self.best) == self.nbest else -float("inf")
+
+
+def set_aside(finished: list[Finished], worst_kept: Tensor, ends: Tensor, scores: Tensor, parent_row: Tensor,
+              prefixes: Tensor, sentence: Tensor, lenpen: float, lenpen_style: LengthPenaltyStyle) -> None:
+    """Score the candidates that end here, file them under their sentences and refresh those sentences'
+    entries of `worst_kept` (B,), the tensor mirror of `Finished.worst_kept` that the completeness test reads.
+
+    ends: (B, K) which of the first K candidates are EOS; scores, parent_row: (B, 2K); prefixes: (B·K, t) the
+    tokens of the open rows so far; sentence: (B,) the input index of each open sentence.
+    """
+    who, rank = ends.nonzero(as_tuple=True)
+    normalized = scores[who, rank] / length_penalty(prefixes.shape[1] + 1.0, lenpen, lenpen_style)
+    ended_tokens = prefixes[parent_row[who, rank]].tolist()
+    for i, row_tokens, score in zip(sentence[who].tolist(), ended_tokens, normalized.tolist(), strict=True):
+        finished[i].add(Hypothesis(row_tokens, score))
+    touched = who.unique()
+    worst_kept[touched] = torch.tensor([finished[i].worst_kept for i in sentence[touched].tolist()],
+                                       device=worst_kept.device)
+
+
+@torch.inference_mode()
+def beam_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int, lenpen: float,
+                lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0, nbest: int = 1) -> list[list[Hypothesis]]:
+    """Beam search as fairseq and Sockeye do it, plus an early stop that never changes the result.
+
+    Each step extends every open hypothesis by every token and takes the 2K best of each sentence. An EOS
+    among the first K ends that hypothesis: it is scored (log-probability / lp) and set aside. The first K that
+    are not EOS are the sentence's new open beams. A sentence is complete when K hypotheses have ended (with
+    K = 1 this is greedy search), when its open beams reach `max_len` (EOS is then forced), or as soon as no
+    open beam can still beat the n-th best finished hypothesis. That last test is exact: log-probabilities
+    only fall as a hypothesis grows and lp only rises, so an open beam of log-probability s can end with a
+    score of at most s / lp(max_len + 1). A complete sentence leaves the batch, so the work follows the
+    sentences still being decoded.
+
+    src, src_pad: (B, S); max_len: (B,) the most tokens each sentence may produce before EOS.
+    Returns for each sentence its `nbest` best hypotheses, best first.
+    """
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
+    batch, device = src.shape[0], src.device
+    state = _start(model, src, src_pad, max_len, rows_per_sentence=beam)
+    sentence = torch.arange(batch, device=device)  # which input sentence each open sentence is
+    max_len = max_len.to(device)
+    # Every beam of a sentence starts as the same empty hypothesis; only the first may extend, or the first
+    # step would fill the beam with K copies of the same best token.
+    beam_scores = torch.full((batch, beam), -torch.inf, device=device)
+    beam_scores[:, 0] = 0.0
+    tokens = src.new_zeros(batch * beam, int(max_len.max()) + 1)
+    prev = src.new_full((batch * beam,), BOS)
+    finished = [Finished(nbest) for _ in range(batch)]
+    # Per open sentence, kept in step with `finished`, so the completeness test of every step is a tensor
+    # comparison rather than a loop over the sentences.
+    ended_count = torch.zeros(batch, dtype=torch.long, device=device)
+    worst_kept = torch.full((batch,), -torch.inf, device=device)
+    for step in range(tokens.shape[1]):
+        log_probs, state = model.decode_step(prev, state)
+        constrain(log_probs, step, min_len, max_len.repeat_interleave(beam))
+        scores, parent, token = top_candidates(beam_scores, log_probs, beam)
+        parent_row = parent + torch.arange(0, len(sentence) * beam, beam, device=device).unsqueeze(1)
+
+        ends = (token[:, :beam] == EOS) & scores[:, :beam].isfinite()
+        if bool(ends.any()):
+            set_aside(finished, worst_kept, ends, scores, parent_row, tokens[:, :step], sentence, lenpen, lenpen_style)
+            ended_count += ends.sum(dim=1)
+
+        chosen = first_open(token, beam)
+        beam_scores, parent_row, token = (t.gather(1, chosen) for t in (scores, parent_row, token))
+        best_possible = beam_scores[:, 0] / length_penalty(max_len + 1, lenpen, lenpen_style)
+        complete = (ended_count >= beam) | (worst_kept >= best_possible)
+
+        if bool(complete.all()):
+            break
+        cross = bool(complete.any())  # sentences leave: their cross-attention rows must go too
+        if cross:
+            keep = (~complete).nonzero().squeeze(1)
+            sentence, max_len, ended_count, worst_kept, beam_scores, parent_row, token = (
+                t[keep] for t in (sentence, max_len, ended_count, worst_kept, beam_scores, parent_row, token)
+            )
+        rows = parent_row.flatten()
+        state = state.reorder(rows, cross=cross)
+        tokens = tokens[rows]
+        prev = token.flatten()
+        tokens[:, step] = prev
+    return [f.best for f in finished]
+
+
+def search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int, lenpen: float,
+           lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0, nbest: int = 1) -> list[list[Hypothesis]]:
+    """Greedy search for beam 1 (the same result, without the beam bookkeeping), beam search otherwise."""
+    if beam == 1:
+        return greedy_search(model, src, src_pad, max_len, min_len=min_len, lenpen=lenpen, lenpen_style=lenpen_style)
+    return beam_search(model, src, src_pad, max_len, beam=beam, lenpen=lenpen, lenpen_style=lenpen_style,
+                       min_len=min_len, nbest=nbest)

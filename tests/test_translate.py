@@ -1,0 +1,224 @@
+"""`mtx translate` and its core: a tiny copy-task model trained here, decoded through the library and the CLI."""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from mtx.checkpoint import make_checkpoint, save_checkpoint
+from mtx.cli import app
+from mtx.config import ModelConfig, resolve_model
+from mtx.errors import MtxError
+from mtx.model import Transformer
+from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
+from mtx.translate import plan_batches, read_ahead, translate_sentences
+
+WORDS = ["red", "green", "blue", "cat", "dog", "bird", "one", "two", "three", "house", "tree", "river"]
+MAX_POSITIONS = 64
+
+
+def sentences(n: int, rng: random.Random) -> list[str]:
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) for _ in range(n)]
+
+
+def train_copy_model(pairs: list[list[int]], vocab_size: int, steps: int = 250) -> Transformer:
+    """A few hundred Adam steps of teacher-forced cross-entropy: enough to copy word sequences exactly."""
+    torch.manual_seed(0)
+    rng = random.Random(1)
+    cfg = resolve_model(ModelConfig(preset="tiny", d_model=64, heads=4, d_ff=128, layers_enc=2, layers_dec=1,
+                                    dropout=0.0, max_positions=MAX_POSITIONS))
+    model = Transformer(cfg, vocab_size)
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, betas=(0.9, 0.98))
+    warmup = 20
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min((s + 1) / warmup,
+                                                                          (steps - s) / (steps - warmup)))
+    for _ in range(steps):
+        batch = [pairs[rng.randrange(len(pairs))] for _ in range(64)]
+        src = torch.nn.utils.rnn.pad_sequence([torch.tensor([*ids, EOS]) for ids in batch], batch_first=True)
+        tgt_in = torch.nn.utils.rnn.pad_sequence([torch.tensor([BOS, *ids]) for ids in batch], batch_first=True)
+        logits = model(src, src == PAD, tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1), src.flatten(), ignore_index=PAD)  # the target is the source
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict:
+    """A copy-task checkpoint (and a twin whose recipe caps outputs at one token), its tokenizer, held-out set."""
+    rng = random.Random(0)
+    train, held_out = sentences(3000, rng), sentences(40, rng)
+    tokenizer = Tokenizer.train(train, vocab_size=300)
+    model = train_copy_model(tokenizer.encode_batch(train), tokenizer.vocab_size)
+    folder = tmp_path_factory.mktemp("copy")
+    decode = dict(beam=4, lenpen=0.6, max_len_a=1.0, max_len_b=5)
+    save_checkpoint(make_checkpoint(model, tokenizer.to_str(), {"decode": decode}, 250), folder / "copy.pt")
+    capped = {"decode": {**decode, "max_len_a": 0.0, "max_len_b": 1}}
+    save_checkpoint(make_checkpoint(model, tokenizer.to_str(), capped, 250), folder / "capped.pt")
+    (folder / "held_out.txt").write_text("".join(f"{s}\n" for s in held_out), encoding="utf-8")
+    return dict(model=model, tokenizer=tokenizer, held_out=held_out, folder=folder, checkpoint=folder / "copy.pt")
+
+
+def translate_cli(args: list[str], stdin: bytes | None = None):
+    """Run `mtx translate` in this process: (result, stdout lines). A user error comes back as the MtxError."""
+    result = CliRunner().invoke(app, ["translate", *args], input=stdin)
+    if result.exception is not None and not isinstance(result.exception, MtxError | SystemExit):
+        raise result.exception
+    return result, result.stdout_bytes.decode("utf-8").split("\n")[:-1]
+
+
+def test_held_out_set_is_translated_correctly(trained: dict) -> None:
+    result, lines = translate_cli(["-m", str(trained["checkpoint"]), "-i", str(trained["folder"] / "held_out.txt")])
+    assert result.exit_code == 0
+    assert lines == trained["held_out"]
+    assert "40 sentences" in result.stderr and "sentences/s" in result.stderr
+
+
+def test_translate_sentences_matches_cli_and_restores_train_mode(trained: dict) -> None:
+    model = trained["model"].train()
+    got = translate_sentences(model, trained["tokenizer"], trained["held_out"], beam=4, lenpen=0.6, max_len_a=1.0,
+                              max_len_b=5, batch_tokens=40)
+    assert got == trained["held_out"]
+    assert model.training
+    model.eval()
+
+
+def test_lines_keep_count_and_order(trained: dict) -> None:
+    """Empty and blank lines, Unicode and a line longer than max_positions: one line out per line in, in order."""
+    held_out = trained["held_out"]
+    long_line = " ".join(WORDS * 20)  # 240 words, far beyond 64 positions
+    lines = [held_out[0], "", "   ", "Grüße 🙂 漢字 e\u0301 \u2028 x", held_out[1], long_line, "", held_out[2], "\t"]
+    stdin = "".join(f"{line}\n" for line in lines).encode("utf-8")
+    result, out = translate_cli(["-m", str(trained["checkpoint"]), "--batch-tokens", "30"], stdin)
+    assert result.exit_code == 0
+    assert len(out) == len(lines)
+    assert [out[i] for i in (0, 4, 7)] == held_out[:3]
+    assert [out[i] for i in (1, 2, 6, 8)] == ["", "", "", ""]
+    assert "1 sentences were longer than the model's 64 positions" in result.stderr
+
+
+def test_last_line_without_newline_and_crlf(trained: dict) -> None:
+    held_out = trained["held_out"]
+    stdin = f"{held_out[0]}\r\n{held_out[1]}".encode()
+    _, out = translate_cli(["-m", str(trained["checkpoint"])], stdin)
+    assert out == held_out[:2]
+
+
+def test_stdin_pipe_streams_and_equals_input_file(trained: dict, tmp_path: Path) -> None:
+    """Through a real pipe: the first translation arrives while standard input is still open, and the whole
+    output equals that of -i with -o."""
+    held_out = trained["held_out"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "mtx", "translate", "-m", str(trained["checkpoint"])],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        process.stdin.write(f"{held_out[0]}\n".encode())
+        process.stdin.flush()
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        assert ready, "no output while the input was still open"
+        first = process.stdout.readline().decode()
+        rest, errors = process.communicate("".join(f"{s}\n" for s in held_out[1:]).encode(), timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, errors.decode()
+    piped = first + rest.decode()
+    assert piped.splitlines() == held_out
+    result, _ = translate_cli(["-m", str(trained["checkpoint"]), "-i", str(trained["folder"] / "held_out.txt"),
+                               "-o", str(tmp_path / "out.txt")])
+    assert result.exit_code == 0
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8") == piped
+
+
+def test_nbest_lines(trained: dict) -> None:
+    held_out = trained["held_out"][:5]
+    stdin = "".join(f"{s}\n" for s in [held_out[0], "", *held_out[1:]]).encode()
+    result, out = translate_cli(["-m", str(trained["checkpoint"]), "--nbest", "3"], stdin)
+    assert result.exit_code == 0
+    assert out[1] == ""
+    for line, expected in zip([out[0], *out[2:]], held_out, strict=True):
+        fields = line.split("\t")
+        assert len(fields) == 6
+        scores = [float(s) for s in fields[0::2]]
+        assert scores == sorted(scores, reverse=True)
+        assert fields[1] == expected
+
+
+def test_recipe_decode_defaults_and_flags(trained: dict) -> None:
+    """Unset flags take the checkpoint's decode settings (here: at most one token); a flag overrides them."""
+    stdin = f"{trained['held_out'][0]}\n".encode()
+    _, capped = translate_cli(["-m", str(trained["folder"] / "capped.pt")], stdin)
+    assert len(trained["tokenizer"].encode(capped[0])) <= 1
+    _, free = translate_cli(["-m", str(trained["folder"] / "capped.pt"), "--max-len-b", "5", "--max-len-a", "1"],
+                            stdin)
+    assert free == trained["held_out"][:1]
+
+
+def test_invalid_utf8(trained: dict) -> None:
+    held_out = trained["held_out"]
+    stdin = f"{held_out[0]}\n{held_out[1]}\n".encode() + b"caf\xe9\n" + f"{held_out[2]}\n".encode()
+    result, out = translate_cli(["-m", str(trained["checkpoint"])], stdin)
+    assert result.exit_code == 1
+    assert "standard input, line 3: invalid UTF-8" in str(result.exception)
+    assert "--errors replace" in str(result.exception)
+    assert out == held_out[:2]  # the lines before the bad one were translated and written
+    result, out = translate_cli(["-m", str(trained["checkpoint"]), "--errors", "replace"], stdin)
+    assert result.exit_code == 0
+    assert len(out) == 4 and out[3] == held_out[2]
+
+
+def test_int8_and_greedy(trained: dict) -> None:
+    held_out = trained["held_out"]
+    args = ["-m", str(trained["checkpoint"]), "-i", str(trained["folder"] / "held_out.txt"), "--device", "cpu"]
+    result, int8 = translate_cli([*args, "--dtype", "int8", "--threads", "1"])
+    assert result.exit_code == 0
+    assert sum(a == b for a, b in zip(int8, held_out, strict=True)) >= 0.9 * len(held_out)
+    _, greedy = translate_cli([*args, "--beam", "1"])
+    assert greedy == held_out
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--beam", "2", "--nbest", "3"], "--nbest 3 must be between 1 and --beam (2)"),
+    (["--dtype", "int4"], "--dtype 'int4' is not one of auto, fp32, bf16, fp16, int8"),
+    (["--lenpen-style", "wu"], "--lenpen-style 'wu' is not one of gnmt, fairseq"),
+    (["--beam", "0"], "--beam 0 must be at least 1"),
+    (["-i", "missing.txt"], "Input file missing.txt does not exist"),
+])
+def test_bad_flags_are_user_errors(trained: dict, flags: list[str], message: str) -> None:
+    result, _ = translate_cli(["-m", str(trained["checkpoint"]), *flags], b"")
+    assert result.exit_code == 1
+    assert message in str(result.exception)
+
+
+def test_plan_batches_respects_the_budget() -> None:
+    lengths = [5, 30, 2, 9, 9, 17, 1, 40, 3]
+    costs = [n + 6 for n in lengths]  # e.g. an output limit of length + 5, plus EOS
+    batches = plan_batches(lengths, costs, batch_tokens=40)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * max(costs[i] for i in batch) <= 40
+        assert [lengths[i] for i in batch] == sorted((lengths[i] for i in batch), reverse=True)
+    assert batches[:2] == [[7], [1]]  # longest first, alone: each is over budget on its own
+
+
+def test_read_ahead_windows_are_bounded_and_errors_come_last() -> None:
+    def lines():
+        yield from (str(i) for i in range(10))
+        raise MtxError("bad line 11")
+
+    got = []
+    with pytest.raises(MtxError, match="bad line 11"):
+        for window in read_ahead(lines(), window=4):
+            assert 1 <= len(window) <= 4
+            got.extend(window)
+    assert got == [str(i) for i in range(10)]
