@@ -1,0 +1,242 @@
+"""Where parallel text comes from: each recipe source becomes, per split, a stream of raw sentence pairs.
+
+A stream yields chunks (lists) of pairs so that cleaning and encoding can be shipped to worker processes a
+chunk at a time, and so memory holds a few chunks, never a corpus. Plain-text sources yield undecoded
+bytes: deciding what to do with a line that is not UTF-8 is the cleaner's job (count and drop in training
+data, replace in valid/test), and decoding in the workers keeps the reading process light.
+
+Problems a user can fix — a missing file, files whose line counts differ, an unknown dataset — are found
+here, before any long work starts, and reported as MtxError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from mtx.config import DataConfig, FilesSource, HfSource, TsvSource
+from mtx.errors import MtxError
+
+SPLITS = ("train", "valid", "test")
+CHUNK_PAIRS = 10_000
+
+Side = bytes | str | None  # None: the line could not be split into source and target (malformed TSV)
+RawPair = tuple[Side, Side]
+
+
+@dataclass
+class SplitStream:
+    """One split of the corpus, ready to be read (possibly again) in chunks."""
+
+    split: str
+    origin: str  # what the pairs come from, for messages and the manifest
+    total: int | None  # pairs, when known without reading them
+    chunks: Callable[[], Iterator[list[RawPair]]]
+
+
+def open_source(data: DataConfig) -> dict[str, SplitStream]:
+    """The recipe's splits that exist (train always; valid and test when the source has them)."""
+    source = data.source
+    if source.files is not None:
+        return _files_source(source.files)
+    if source.tsv is not None:
+        return _tsv_source(source.tsv)
+    if source.hf is not None:
+        return _hf_source(source.hf, data.src_lang, data.tgt_lang)
+    from mtx.demo import demo_splits
+
+    return {
+        split: SplitStream(split, f"mtx demo corpus ({split})", len(pairs), _chunked_list(pairs))
+        for split, pairs in demo_splits(source.demo).items()
+    }
+
+
+def input_files(data: DataConfig) -> list[Path]:
+    """The local files a source reads: their sizes and times tell whether prepared data is stale."""
+    source = data.source
+    if source.files is not None:
+        return [Path(p) for split in SPLITS for p in (getattr(source.files, split) or [])]
+    if source.tsv is not None:
+        return [Path(p) for split in SPLITS if (p := getattr(source.tsv, split))]
+    if source.hf is not None and Path(source.hf.path).is_dir():
+        return sorted(p for p in Path(source.hf.path).rglob("*") if p.is_file())
+    return []
+
+
+# ------------------------------------------------------------------------------------------ plain files
+
+
+def count_lines(path: Path) -> int:
+    """Lines in a file, counting a last line without a newline, in 1 MiB blocks."""
+    lines, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return lines + (last != b"\n")
+
+
+def _existing(path: str, key: str) -> Path:
+    file = Path(path)
+    if not file.is_file():
+        raise MtxError(
+            f"{key}: file {path} does not exist (relative paths start at the working directory "
+            f"{Path.cwd()}). Fix the path in the recipe or pass --set {key}=..."
+        )
+    return file
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    """Lines without their newline, split on b"\\n" only (U+2028 and friends stay inside a line)."""
+    with open(path, "rb") as f:
+        for line in f:
+            yield line.rstrip(b"\n")
+
+
+def _files_source(files: FilesSource) -> dict[str, SplitStream]:
+    streams = {}
+    for split in SPLITS:
+        pair = getattr(files, split)
+        if pair is None:
+            continue
+        key = f"data.source.files.{split}"
+        src, tgt = (_existing(p, key) for p in pair)
+        src_count, tgt_count = count_lines(src), count_lines(tgt)
+        if src_count != tgt_count:
+            raise MtxError(
+                f"{key}: {src} has {src_count:,} lines but {tgt} has {tgt_count:,}. The two files must be "
+                "aligned line by line (sentence i of one translates sentence i of the other)."
+            )
+
+        def chunks(src: Path = src, tgt: Path = tgt) -> Iterator[list[RawPair]]:
+            return _chunks(zip(_lines(src), _lines(tgt), strict=True))
+
+        streams[split] = SplitStream(split, f"{src} + {tgt}", src_count, chunks)
+    return streams
+
+
+def _tsv_source(tsv: TsvSource) -> dict[str, SplitStream]:
+    streams = {}
+    for split in SPLITS:
+        if getattr(tsv, split) is None:
+            continue
+        path = _existing(getattr(tsv, split), f"data.source.tsv.{split}")
+
+        def chunks(path: Path = path, split: str = split) -> Iterator[list[RawPair]]:
+            return _chunks(_tsv_pairs(path, strict=split != "train"))
+
+        streams[split] = SplitStream(split, str(path), count_lines(path), chunks)
+    return streams
+
+
+def _tsv_pairs(path: Path, strict: bool) -> Iterator[RawPair]:
+    """source<TAB>target per line. A line without exactly one tab is (None, None) in training data, which
+    the cleaner counts as malformed; in valid/test every line matters, so it is an error."""
+    for number, line in enumerate(_lines(path), 1):
+        fields = line.split(b"\t")  # safe on bytes: a tab byte never occurs inside a UTF-8 sequence
+        if len(fields) == 2:
+            yield fields[0], fields[1]
+        elif strict:
+            raise MtxError(
+                f"{path}, line {number}: expected source<TAB>target but found {len(fields)} tab-separated "
+                "field(s). Valid and test lines are never dropped, so fix or remove this line."
+            )
+        else:
+            yield None, None
+
+
+# ------------------------------------------------------------------------------------- Hugging Face
+
+
+def _hf_source(hf: HfSource, src_lang: str, tgt_lang: str) -> dict[str, SplitStream]:
+    import datasets
+
+    datasets.disable_progress_bars()
+    where = f"{hf.path}" + (f" (config {hf.name})" if hf.name else "")
+    try:
+        if _is_saved_to_disk(Path(hf.path)):
+            loaded = datasets.load_from_disk(hf.path)
+            if isinstance(loaded, datasets.Dataset):
+                loaded = datasets.DatasetDict(train=loaded)
+        else:
+            loaded = datasets.load_dataset(hf.path, hf.name, revision=hf.revision, streaming=True)
+    except (ConnectionError, FileNotFoundError, ValueError, OSError) as e:
+        raise MtxError(
+            f"data.source.hf: could not load the dataset {where}: {e}. Give a hub id such as wmt/wmt14 "
+            "(with network access or a filled datasets cache) or a local folder (save_to_disk output or "
+            "parquet files), and a config name the dataset has (e.g. de-en)."
+        ) from None
+    if hf.splits.get("train") not in loaded:
+        raise MtxError(
+            f"data.source.hf.splits.train = {hf.splits.get('train')!r}: the dataset {where} has no such "
+            f"split (it has: {', '.join(loaded)}). Map mtx's train split to one of them."
+        )
+    streams = {}
+    for split in SPLITS:
+        name = hf.splits.get(split)
+        if name is None or name not in loaded:
+            continue
+        dataset = loaded[name]
+        columns = _columns(dataset, where, src_lang, tgt_lang)
+        total = len(dataset) if isinstance(dataset, datasets.Dataset) else _declared_rows(dataset, name)
+
+        def chunks(dataset: Any = dataset, columns: tuple[str, ...] = columns) -> Iterator[list[RawPair]]:
+            return _hf_chunks(dataset, columns, src_lang, tgt_lang)
+
+        streams[split] = SplitStream(split, f"{where} [{name}]", total, chunks)
+    return streams
+
+
+def _is_saved_to_disk(path: Path) -> bool:
+    return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+
+
+def _columns(dataset: Any, where: str, src_lang: str, tgt_lang: str) -> tuple[str, ...]:
+    """WMT's layout, a `translation` column of {lang: text}, or one column per language."""
+    features = dataset.features or {}
+    if "translation" in features:
+        langs = getattr(features["translation"], "languages", None) or list(features["translation"])
+        missing = [lang for lang in (src_lang, tgt_lang) if lang not in langs]
+        if missing:
+            raise MtxError(
+                f"data.src_lang/tgt_lang: the dataset {where} has no {', '.join(missing)} in its translation "
+                f"column (it has: {', '.join(langs)}). Set data.src_lang and data.tgt_lang to those."
+            )
+        return ("translation",)
+    if src_lang in features and tgt_lang in features:
+        return (src_lang, tgt_lang)
+    raise MtxError(
+        f"data.source.hf: the dataset {where} has neither a translation column nor columns named "
+        f"{src_lang!r} and {tgt_lang!r} (it has: {', '.join(features) or 'no declared columns'})."
+    )
+
+
+def _declared_rows(dataset: Any, name: str) -> int | None:
+    splits = getattr(dataset.info, "splits", None) or {}
+    return splits[name].num_examples if name in splits else None
+
+
+def _hf_chunks(dataset: Any, columns: tuple[str, ...], src_lang: str, tgt_lang: str) -> Iterator[list[RawPair]]:
+    for batch in dataset.iter(batch_size=CHUNK_PAIRS):
+        if columns == ("translation",):
+            yield [(row.get(src_lang) or "", row.get(tgt_lang) or "") for row in batch["translation"]]
+        else:
+            yield [(s or "", t or "") for s, t in zip(batch[src_lang], batch[tgt_lang], strict=True)]
+
+
+# ---------------------------------------------------------------------------------------------- chunks
+
+
+def _chunks(pairs: Iterator[RawPair]) -> Iterator[list[RawPair]]:
+    while chunk := list(islice(pairs, CHUNK_PAIRS)):
+        yield chunk
+
+
+def _chunked_list(pairs: list[tuple[str, str]]) -> Callable[[], Iterator[list[RawPair]]]:
+    def chunks() -> Iterator[list[RawPair]]:
+        return (pairs[i : i + CHUNK_PAIRS] for i in range(0, len(pairs), CHUNK_PAIRS))
+
+    return chunks

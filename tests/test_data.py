@@ -1,0 +1,245 @@
+"""`mtx prepare` through the command line on plain files, TSV and local Hugging Face datasets, and the reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from mtx.config import load_recipe
+from mtx.data import load_manifest, load_split, prepare
+from mtx.errors import MtxError
+from mtx.tokenizer import Tokenizer
+
+# A hand-checked training corpus: each line says which filter drops it (min_len 1, max_len 6, ratio 1.5).
+TRAIN = [
+    (b"the dog sleeps", b"der Hund schl\xc3\xa4ft", "kept"),
+    (b"the  cat\tsleeps ", b"die Katze schl\xc3\xa4ft", "kept (whitespace collapsed)"),
+    (b"the dog sleeps", b"der Hund schl\xc3\xa4ft", "duplicate of line 1"),
+    (b"the cat sleeps", b"die Katze schla\xcc\x88ft", "duplicate of line 2 once NFC-normalized"),
+    (b"a bad \xff byte", b"ein schlechtes Byte", "invalid utf8"),
+    (b"", b"leer", "empty"),
+    (b"nothing here", b"\x07 \x1b", "empty (only control characters)"),
+    (b"one two three four five six seven", b"eins zwei drei vier f\xc3\xbcnf sechs sieben", "length"),
+    (b"yes", b"ja ja ja ja", "ratio 4 > 1.5"),
+    (b"we see the house", b"wir sehen das Haus", "kept"),
+    (b"I read", b"ich lese es", "kept: ratio 1.5 is not above 1.5"),
+    (b"caf\xc3\xa9 \xf0\x9f\x98\x80", b"Caf\xc3\xa9 \xf0\x9f\x98\x80", "kept"),
+]
+EXPECTED_DROPS = {"invalid_utf8": 1, "malformed": 0, "empty": 2, "length": 1, "ratio": 1, "duplicate": 2}
+KEPT = [("the dog sleeps", "der Hund schläft"), ("the cat sleeps", "die Katze schläft"),
+        ("we see the house", "wir sehen das Haus"), ("I read", "ich lese es"), ("café 😀", "Café 😀")]
+VALID = [(b"hello  world", b"hallo Welt"), (b"", b""), (b"bad \xfe", b"schlecht")]
+TEST = [(b"the dog sleeps", b"der Hund schl\xc3\xa4ft"), (b"a very long sentence " * 5, b"ein Satz")]
+
+
+def _write(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def _recipe(tmp_path: Path, source: dict, **data: object) -> Path:
+    recipe = {
+        "name": "t",
+        "run_dir": str(tmp_path / "run"),
+        "data": {"source": source, "filter": {"min_len": 1, "max_len": 6, "max_ratio": 1.5, "dedup": True},
+                 "bpe": {"vocab_size": 300, "min_frequency": 1}, **data},
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    return path
+
+
+def _mtx(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(cwd / "hf-home")}
+    return subprocess.run([sys.executable, "-m", "mtx", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _files_source(tmp_path: Path) -> dict:
+    return {"files": {
+        "train": [str(_write(tmp_path / "train.en", [s for s, _, _ in TRAIN])),
+                  str(_write(tmp_path / "train.de", [t for _, t, _ in TRAIN]))],
+        "valid": [str(_write(tmp_path / "valid.en", [s for s, _ in VALID])),
+                  str(_write(tmp_path / "valid.de", [t for _, t in VALID]))],
+        "test": [str(_write(tmp_path / "test.en", [s for s, _ in TEST])),
+                 str(_write(tmp_path / "test.de", [t for _, t in TEST]))],
+    }}
+
+
+def _decoded(data_dir: Path, split: str) -> list[tuple[str, str]]:
+    tokenizer = Tokenizer.from_file(data_dir / "tokenizer.json")
+    tokens = load_split(data_dir, split)
+    return [(tokenizer.decode(tokens.src(i)), tokenizer.decode(tokens.tgt(i))) for i in range(len(tokens))]
+
+
+@pytest.fixture(scope="module")
+def prepared_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    tmp_path = tmp_path_factory.mktemp("files")
+    result = _mtx("prepare", str(_recipe(tmp_path, _files_source(tmp_path))), "--workers", "1", cwd=tmp_path)
+    return tmp_path, result
+
+
+def test_files_filter_counts_match_the_hand_checked_fixture(prepared_files) -> None:
+    tmp_path, result = prepared_files
+    assert result.returncode == 0, result.stderr
+    manifest = load_manifest(tmp_path / "run" / "data")
+    assert manifest["filter"]["read"] == len(TRAIN)
+    assert manifest["filter"]["dropped"] == EXPECTED_DROPS
+    assert manifest["filter"]["kept"] == len(KEPT)
+    assert manifest["filter"]["remaining"]["duplicate"] == len(KEPT)
+    assert "training data filters" in result.stderr and "train" in result.stderr  # the summary tables
+
+
+def test_files_round_trip_through_the_memory_mapped_splits(prepared_files) -> None:
+    tmp_path, _ = prepared_files
+    data_dir = tmp_path / "run" / "data"
+    assert _decoded(data_dir, "train") == KEPT
+    manifest = load_manifest(data_dir)
+    assert manifest["splits"]["train"]["pairs"] == len(KEPT)
+    tokens = load_split(data_dir, "train")
+    assert tokens.src_lens.dtype == np.int64 and int(tokens.src_lens.sum()) == manifest["splits"]["train"]["src_tokens"]
+    assert int(tokens.tgt_lens.sum()) == manifest["splits"]["train"]["tgt_tokens"]
+    assert tokens.src(0).dtype == np.int64 and len(tokens.src(0)) == tokens.src_lens[0]
+    with pytest.raises(IndexError):
+        tokens.src(len(tokens))
+    assert isinstance(tokens._tokens["src"], np.memmap)
+    copy = pickle.loads(pickle.dumps(tokens))  # DataLoader workers reopen the maps
+    assert np.array_equal(copy.tgt(3), tokens.tgt(3))
+
+
+def test_valid_and_test_are_normalized_but_never_filtered(prepared_files) -> None:
+    tmp_path, _ = prepared_files
+    data_dir = tmp_path / "run" / "data"
+    assert (data_dir / "valid.en").read_text(encoding="utf-8") == "hello world\n\nbad \ufffd\n"
+    assert (data_dir / "valid.de").read_text(encoding="utf-8") == "hallo Welt\n\nschlecht\n"
+    assert load_manifest(data_dir)["splits"]["valid"]["invalid_utf8_replaced"] == 1
+    assert [s for s, _ in _decoded(data_dir, "test")] == ["the dog sleeps", " ".join(["a very long sentence"] * 5)]
+    assert not (tmp_path / "run" / "data.partial").exists()
+    assert not (data_dir / "work").exists()
+
+
+def test_rerun_is_a_no_op_unless_the_data_section_or_inputs_change(prepared_files) -> None:
+    tmp_path, _ = prepared_files
+    recipe = str(tmp_path / "recipe.yaml")
+    manifest = tmp_path / "run" / "data" / "manifest.json"
+    before = manifest.stat().st_mtime_ns
+    again = _mtx("prepare", recipe, "--set", "train.max_steps=7", "--workers", "1", cwd=tmp_path)
+    assert again.returncode == 0 and "up to date" in again.stderr
+    assert manifest.stat().st_mtime_ns == before
+    changed = _mtx("prepare", recipe, "--set", "data.filter.max_ratio=0", "--workers", "1", cwd=tmp_path)
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(manifest.read_text())["filter"]["dropped"]["ratio"] == 0
+
+
+def test_tsv_source_counts_malformed_lines(tmp_path: Path) -> None:
+    train = _write(tmp_path / "train.tsv", [s + b"\t" + t for s, t, _ in TRAIN] + [b"no tab here", b"a\tb\tc"])
+    test = _write(tmp_path / "test.tsv", [s + b"\t" + t for s, t in TEST])
+    result = _mtx("prepare", str(_recipe(tmp_path, {"tsv": {"train": str(train), "test": str(test)}})),
+                  "--workers", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    manifest = load_manifest(tmp_path / "run" / "data")
+    # line 2 holds a tab inside its source, so it is malformed here and line 4 is no longer its duplicate
+    assert manifest["filter"]["dropped"] == {**EXPECTED_DROPS, "malformed": 3, "duplicate": 1}
+    assert set(manifest["splits"]) == {"train", "test"}
+    assert _decoded(tmp_path / "run" / "data", "train") == KEPT
+
+
+def test_tsv_eval_split_with_a_malformed_line_is_an_error(tmp_path: Path) -> None:
+    train = _write(tmp_path / "train.tsv", [b"a b\tc d"])
+    valid = _write(tmp_path / "valid.tsv", [b"a\tb", b"no tab"])
+    result = _mtx("prepare", str(_recipe(tmp_path, {"tsv": {"train": str(train), "valid": str(valid)}})),
+                  "--workers", "1", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "line 2" in result.stderr and "Traceback" not in result.stderr
+
+
+def _wmt_rows(pairs: list[tuple[str, str]]) -> dict:
+    return {"translation": [{"de": de, "en": en} for en, de in pairs]}
+
+
+HF_TRAIN = [("the dog sleeps", "der Hund schläft"), ("the dog sleeps", "der Hund schläft"), ("", "leer"),
+            ("we  see the house", "wir sehen das Haus"), ("yes", "ja ja ja ja")]
+
+
+def test_hf_dataset_saved_to_disk_in_wmt_layout(tmp_path: Path) -> None:
+    from datasets import Dataset, DatasetDict
+
+    DatasetDict(train=Dataset.from_dict(_wmt_rows(HF_TRAIN)),
+                validation=Dataset.from_dict(_wmt_rows([("hello", "hallo")])),
+                test=Dataset.from_dict(_wmt_rows([("good  day", "guten Tag"), ("bye", "tschüss")]))
+                ).save_to_disk(str(tmp_path / "wmt"))
+    result = _mtx("prepare", str(_recipe(tmp_path, {"hf": {"path": str(tmp_path / "wmt"), "name": "de-en"}})),
+                  "--workers", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data_dir = tmp_path / "run" / "data"
+    manifest = load_manifest(data_dir)
+    assert manifest["filter"]["dropped"] == {**EXPECTED_DROPS, "invalid_utf8": 0, "length": 0, "empty": 1,
+                                             "duplicate": 1}
+    assert _decoded(data_dir, "train") == [("the dog sleeps", "der Hund schläft"),
+                                           ("we see the house", "wir sehen das Haus")]
+    assert (data_dir / "test.en").read_text(encoding="utf-8") == "good day\nbye\n"
+    assert (data_dir / "test.de").read_text(encoding="utf-8") == "guten Tag\ntschüss\n"
+    assert manifest["splits"]["valid"]["pairs"] == 1
+
+
+def test_hf_parquet_folder_with_language_columns_and_workers(tmp_path: Path) -> None:
+    from datasets import Dataset
+
+    folder = tmp_path / "pq" / "data"
+    folder.mkdir(parents=True)
+    rows = [(f"sentence number {i}", f"Satz Nummer {i}") for i in range(40)]
+    Dataset.from_dict({"en": [e for e, _ in rows], "de": [d for _, d in rows]}).to_parquet(
+        str(folder / "train-00000-of-00001.parquet"))
+    recipe = load_recipe(_recipe(tmp_path, {"hf": {"path": str(tmp_path / "pq")}}))
+    sequential = prepare(recipe, workers=1)
+    data_dir = recipe.run_path / "data"
+    assert _decoded(data_dir, "train") == rows
+    first = {f.name: f.read_bytes() for f in data_dir.iterdir() if f.name != "manifest.json"}
+    recipe.run_dir = str(tmp_path / "parallel")
+    parallel = prepare(recipe, workers=2)
+    assert {f.name: f.read_bytes() for f in (tmp_path / "parallel" / "data").iterdir()
+            if f.name != "manifest.json"} == first
+    assert parallel["splits"] == sequential["splits"] == {"train": {"pairs": 40, "src_tokens": ANY,
+                                                                    "tgt_tokens": ANY}}
+
+
+class _Any:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+ANY = _Any()
+
+
+@pytest.mark.parametrize("case", ["missing", "misaligned", "empty", "unknown_dataset"])
+def test_user_errors_exit_1_with_a_message(tmp_path: Path, case: str) -> None:
+    en = _write(tmp_path / "c.en", [b"one", b"two", b"three"])
+    de = _write(tmp_path / "c.de", [b"eins", b"zwei"] + ([b"drei"] if case != "misaligned" else []))
+    if case == "missing":
+        source, expected = {"files": {"train": [str(en), "nope.de"]}}, "nope.de does not exist"
+    elif case == "misaligned":
+        source, expected = {"files": {"train": [str(en), str(de)]}}, f"{en} has 3 lines but {de} has 2"
+    elif case == "empty":
+        source, expected = {"files": {"train": [str(en), str(de)]}}, "No training pairs are left"
+    else:
+        source, expected = {"hf": {"path": "no-such-org/no-such-dataset", "name": "de-en"}}, "could not load"
+    extra = ["--set", "data.filter.min_len=2"] if case == "empty" else []
+    result = _mtx("prepare", str(_recipe(tmp_path, source)), *extra, "--workers", "1", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert expected in " ".join(result.stderr.split()), result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "data").exists() and not (tmp_path / "run" / "data.partial").exists()
+
+
+def test_reader_errors(tmp_path: Path) -> None:
+    with pytest.raises(MtxError, match="run `mtx prepare RECIPE`"):
+        load_manifest(tmp_path)
