@@ -77,6 +77,47 @@ def config(recipe: RecipeArg, set_: SetOpt = None) -> None:
 
 
 @app.command()
+def prepare(
+    recipe: RecipeArg,
+    set_: SetOpt = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", min=1, help="Processes for cleaning and encoding [default: all cores].")
+    ] = None,
+) -> None:
+    """Clean the recipe's corpus, learn the joint BPE and write the memory-mapped splits to the run's data/.
+
+    Re-running with an unchanged data section and input files does nothing.
+
+    Example: mtx prepare recipes/demo.yaml --workers 4
+    """
+    from mtx.config import load_recipe
+    from mtx.data import prepare as prepare_data
+
+    prepare_data(load_recipe(recipe, set_), workers=workers)
+
+
+@app.command()
+def train(
+    recipe: RecipeArg,
+    set_: SetOpt = None,
+    restart: Annotated[
+        bool, typer.Option("--restart", help="Delete the run's checkpoints and metrics and train from scratch.")
+    ] = False,
+) -> None:
+    """Train on the run's prepared data/, writing checkpoints/ and metrics.jsonl; resumes if it has checkpoints.
+
+    On a budget (max_steps, max_epochs, max_time), early stopping or SIGTERM/SIGINT it saves a checkpoint and
+    exits 0; the same command resumes. Several GPUs or nodes: torchrun --nproc-per-node 8 -m mtx train RECIPE.yaml
+
+    Example: mtx train recipes/demo.yaml --set train.max_steps=2000
+    """
+    from mtx.config import load_recipe
+    from mtx.train import train as run_training
+
+    run_training(load_recipe(recipe, set_), restart=restart)
+
+
+@app.command()
 def average(
     output: Annotated[Path, typer.Option("-o", "--output", help="The averaged checkpoint to write.")],
     checkpoints: Annotated[
@@ -157,6 +198,62 @@ def score(
         print_table(result)
     if min_bleu is not None:
         check_min_bleu(result, min_bleu)
+
+
+@app.command()
+def translate(
+    model: Annotated[Path, typer.Option("-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average).")],
+    input_: Annotated[
+        Path | None, typer.Option("-i", "--input", metavar="IN", help="Sentences, one per line [default: stdin].")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", metavar="OUT", help="Translations [default: stdout].")
+    ] = None,
+    beam: Annotated[int | None, typer.Option(help="Beam size; 1 is greedy search. [default: the recipe's, 4]")] = None,
+    lenpen: Annotated[
+        float | None,
+        typer.Option(help="Length penalty α: score = log P(Y|X) / lp(|Y|), |Y| counting EOS. [default: recipe's, 0.6]"),
+    ] = None,
+    lenpen_style: Annotated[
+        str,
+        typer.Option(metavar="gnmt|fairseq", help="lp(|Y|) = ((5 + |Y|) / 6)^α (GNMT, the paper's) or |Y|^α."),
+    ] = "gnmt",
+    max_len_a: Annotated[
+        float | None, typer.Option(help="Output ≤ a · source tokens + b (EOS not counted). [default: recipe's, 1.0]")
+    ] = None,
+    max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a. [default: recipe's, 50]")] = None,
+    min_len: Annotated[int | None, typer.Option(help="Output at least N tokens. [default: recipe's, 0]")] = None,
+    nbest: Annotated[
+        int, typer.Option(help="Print the N best, each line 'score<TAB>text' pairs joined by tabs (N > 1).")
+    ] = 1,
+    batch_tokens: Annotated[
+        int, typer.Option(help="Batch size: sentences × max(source length, output limit), EOS included.")
+    ] = 4096,
+    device: Annotated[str, typer.Option(metavar="auto|cpu|cuda", help="auto: cuda if there is one.")] = "auto",
+    dtype: Annotated[
+        str,
+        typer.Option(metavar="auto|fp32|bf16|fp16|int8", help="auto: fp32 on CPU, bf16 (else fp16) on GPU; "
+                     "int8: dynamically quantized linear layers, CPU only."),
+    ] = "auto",
+    threads: Annotated[int | None, typer.Option(help="CPU threads for PyTorch [default: PyTorch's].")] = None,
+    errors: Annotated[
+        str, typer.Option(metavar="strict|replace", help="Invalid UTF-8 input: stop with the line number, or U+FFFD.")
+    ] = "strict",
+) -> None:
+    """Translate one sentence per line with beam search, keeping line count and order.
+
+    Scores are log P(Y|X) / lp(|Y|) with GNMT's length penalty lp = ((5 + |Y|) / 6)^α (α = --lenpen), or
+    fairseq's |Y|^α with --lenpen-style fairseq. Flags left unset take the checkpoint's recipe (decode:).
+    Sources longer than the model's max_positions are truncated, with a warning that counts them.
+
+    Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
+    """
+    from mtx.translate import translate_file
+
+    chosen = dict(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len)
+    options = {k: v for k, v in chosen.items() if v is not None} | dict(lenpen_style=lenpen_style, nbest=nbest)
+    translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
+                   threads=threads, errors=errors, log=sys.stderr.write)
 
 
 def main() -> None:

@@ -1,0 +1,148 @@
+"""Token-budget batches of similar-length sentence pairs, shuffled per epoch, sharded across ranks, resumable.
+
+How tokens are counted (fairseq's `max_tokens`): a pair costs `max(len(src) + 1, len(tgt) + 1)` tokens, the
++1 being the EOS that ends the source and the target (`tgt_in` has BOS instead, the same length). A batch of n
+pairs costs n × the largest cost among them, i.e. its padded size, and stays within `train.max_tokens`.
+Pairs are sorted by source length, then target length, ties broken by a seeded shuffle, and cut greedily into
+batches, so each batch holds sentences of nearly the same length and padding is rare.
+
+The batches are made once; what changes per epoch is their order, a pure function of (seed, epoch), so every
+rank computes the same order without communicating and a resumed run finds the very same batches. One update
+consumes `world × update_freq` consecutive batches of that order; rank r takes those at positions r,
+r + world, ... of the group (batch i goes to rank i % world). So one process with update_freq k sees, in one
+update, exactly the batches that k processes with update_freq 1 see together. The epoch's ragged tail (fewer
+than `world × update_freq` batches) is dropped, so every rank runs the same number of steps; the order changes
+every epoch, so a different tail is dropped each time and no pair is left out for good.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from mtx.errors import MtxError
+from mtx.tokenizer import BOS, EOS, PAD
+
+
+class PairSource(Protocol):
+    """What batching needs from a split (mtx.data's TokenSplit): lengths without specials, and token ids."""
+
+    src_lens: np.ndarray
+    tgt_lens: np.ndarray
+
+    def __len__(self) -> int: ...
+    def src(self, i: int) -> np.ndarray: ...
+    def tgt(self, i: int) -> np.ndarray: ...
+
+
+def pair_costs(src_lens: np.ndarray, tgt_lens: np.ndarray) -> np.ndarray:
+    """Each pair's cost in the token budget: its longer side, EOS included."""
+    return np.maximum(src_lens, tgt_lens) + 1
+
+
+def make_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int,
+                 key: str = "train.max_tokens") -> list[np.ndarray]:
+    """Indices of pairs, cut into batches of padded size ≤ max_tokens, in length order."""
+    src_lens, tgt_lens = np.asarray(src_lens, dtype=np.int64), np.asarray(tgt_lens, dtype=np.int64)
+    costs = pair_costs(src_lens, tgt_lens)
+    if len(costs) == 0:
+        return []
+    longest = int(costs.max())
+    if longest > max_tokens:
+        raise MtxError(
+            f"{key} = {max_tokens} cannot fit even one sentence pair: pair {int(costs.argmax())} needs {longest} "
+            f"tokens (its longer side plus EOS). Raise {key} to at least {longest}, or prepare the data with a "
+            "smaller data.filter.max_len."
+        )
+    tie_break = np.random.default_rng(seed).permutation(len(costs))
+    order = tie_break[np.lexsort((tgt_lens[tie_break], src_lens[tie_break]))]
+    batches, start, widest = [], 0, 0
+    for end, index in enumerate(order.tolist()):
+        cost = int(costs[index])
+        if max(widest, cost) * (end - start + 1) > max_tokens:
+            batches.append(order[start:end])
+            start, widest = end, 0
+        widest = max(widest, cost)
+    batches.append(order[start:])
+    return batches
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Which batches this rank trains on, update by update, epoch by epoch.
+
+    Epochs count from 1. `updates(epoch, start)` yields (update index within the epoch, this rank's
+    micro-batches for it), starting at update `start`, which is how a resumed run continues mid-epoch.
+    """
+
+    batches: Sequence[np.ndarray]
+    seed: int
+    update_freq: int = 1
+    world: int = 1
+    rank: int = 0
+
+    def __post_init__(self) -> None:
+        if self.updates_per_epoch == 0:
+            raise MtxError(
+                f"The training data makes only {len(self.batches)} batches, fewer than one update needs "
+                f"({self.world} processes × train.update_freq {self.update_freq}). Lower train.max_tokens or "
+                "train.update_freq, use fewer processes, or add training data."
+            )
+
+    @property
+    def updates_per_epoch(self) -> int:
+        return len(self.batches) // (self.world * self.update_freq)
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The batch order of `epoch`: the same on every rank, in every run with this seed."""
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        return torch.randperm(len(self.batches), generator=generator).numpy()
+
+    def updates(self, epoch: int, start: int = 0) -> Iterator[tuple[int, list[np.ndarray]]]:
+        order = self.epoch_order(epoch)
+        group = self.world * self.update_freq
+        for update in range(start, self.updates_per_epoch):
+            mine = order[update * group + self.rank : (update + 1) * group : self.world]
+            yield update, [self.batches[i] for i in mine]
+
+
+@dataclass
+class Batch:
+    """A padded batch in the shared sequence convention.
+
+    src = ids + [EOS]; tgt_in = [BOS] + ids; tgt_out = ids + [EOS]; PAD on the right; src_pad = src == PAD.
+    """
+
+    src: Tensor  # (B, S)
+    src_pad: Tensor  # (B, S) True = padding
+    tgt_in: Tensor  # (B, T)
+    tgt_out: Tensor  # (B, T)
+    n_tgt_tokens: int  # non-pad target tokens: what the loss is normalised by
+
+    def to(self, device: torch.device) -> Batch:
+        def move(t: Tensor) -> Tensor:
+            return t.to(device, non_blocking=True)
+
+        return Batch(move(self.src), move(self.src_pad), move(self.tgt_in), move(self.tgt_out), self.n_tgt_tokens)
+
+
+def collate(split: PairSource, indices: Sequence[int]) -> Batch:
+    sources = [split.src(int(i)) for i in indices]
+    targets = [split.tgt(int(i)) for i in indices]
+    src = torch.full((len(indices), max(len(s) for s in sources) + 1), PAD, dtype=torch.long)
+    tgt_in = torch.full((len(indices), max(len(t) for t in targets) + 1), PAD, dtype=torch.long)
+    tgt_out = tgt_in.clone()
+    for row, (s, t) in enumerate(zip(sources, targets, strict=True)):
+        src[row, : len(s)] = torch.from_numpy(np.asarray(s, dtype=np.int64))
+        src[row, len(s)] = EOS
+        tgt_in[row, 0] = BOS
+        tgt_in[row, 1 : len(t) + 1] = torch.from_numpy(np.asarray(t, dtype=np.int64))
+        tgt_out[row, : len(t)] = tgt_in[row, 1 : len(t) + 1]
+        tgt_out[row, len(t)] = EOS
+    n_tgt_tokens = sum(len(t) + 1 for t in targets)
+    return Batch(src, src == PAD, tgt_in, tgt_out, n_tgt_tokens)

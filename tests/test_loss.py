@@ -1,0 +1,54 @@
+"""Label-smoothed cross-entropy: fairseq's formula, padding ignored, sums not means."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mtx.loss import label_smoothed_loss
+from mtx.tokenizer import PAD
+
+VOCAB = 11
+
+
+def example(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(3, 5, VOCAB, generator=g)
+    target = torch.randint(4, VOCAB, (3, 5), generator=g)
+    target[1, 3:] = PAD
+    target[2, 1:] = PAD
+    return logits, target
+
+
+def smoothed_reference(logits: torch.Tensor, target: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """Cross-entropy against the explicit smoothed distribution: 1 − ε on the reference, ε/(V−1) elsewhere."""
+    q = torch.full_like(logits, epsilon / (VOCAB - 1))
+    q.scatter_(-1, target.unsqueeze(-1), 1.0 - epsilon)
+    per_token = -(q * F.log_softmax(logits, dim=-1)).sum(-1)
+    return per_token[target != PAD].sum()
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+def test_matches_cross_entropy_with_a_smoothed_distribution(epsilon: float) -> None:
+    logits, target = example()
+    loss, nll, n_tokens = label_smoothed_loss(logits, target, epsilon)
+    torch.testing.assert_close(loss, smoothed_reference(logits, target, epsilon))
+    torch.testing.assert_close(nll, F.cross_entropy(logits.transpose(1, 2), target, ignore_index=PAD,
+                                                    reduction="sum"))
+    assert int(n_tokens) == int((target != PAD).sum()) == 5 + 3 + 1
+
+
+def test_padding_positions_do_not_count() -> None:
+    logits, target = example()
+    loss, _, _ = label_smoothed_loss(logits, target, 0.1)
+    garbage = logits.clone()
+    garbage[target == PAD] = 1e4 * torch.randn_like(garbage[target == PAD])
+    torch.testing.assert_close(label_smoothed_loss(garbage, target, 0.1)[0], loss)
+    logits.requires_grad_(True)
+    label_smoothed_loss(logits, target, 0.1)[0].backward()
+    assert torch.all(logits.grad[target == PAD] == 0)
+
+
+def test_nll_is_detached_and_loss_is_float32_under_half_logits() -> None:
+    logits, target = example()
+    loss, nll, _ = label_smoothed_loss(logits.bfloat16().requires_grad_(True), target, 0.1)
+    assert loss.dtype == torch.float32 and loss.requires_grad and not nll.requires_grad
