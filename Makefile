@@ -34,7 +34,16 @@ lint: install
 
 # The main job on the built-in demo corpus: prepare → train → average → translate → score.
 demo: install
-	bash bench/../scripts/demo.sh $(BIN) $(DEMO)
+	$(BIN)/mtx prepare recipes/demo.yaml
+	$(BIN)/mtx train recipes/demo.yaml
+	$(BIN)/mtx average --dir $(DEMO)/checkpoints --last 5 -o $(DEMO)/average.pt
+	$(BIN)/mtx translate -m $(DEMO)/average.pt -i $(DEMO)/data/test.en -o $(DEMO)/test.hyp
+	@echo; echo "A few test translations:"; echo
+	@paste $(DEMO)/data/test.en $(DEMO)/test.hyp $(DEMO)/data/test.de | head -n 5 | \
+		awk -F'\t' '{ print "  en:  " $$1 "\n  mtx: " $$2 "\n  ref: " $$3 "\n" }'
+	$(BIN)/mtx score -r $(DEMO)/data/test.de -i $(DEMO)/test.hyp --metrics bleu,chrf --json > $(DEMO)/score.json.tmp
+	mv $(DEMO)/score.json.tmp $(DEMO)/score.json
+	$(BIN)/mtx score -r $(DEMO)/data/test.de -i $(DEMO)/test.hyp --metrics bleu,chrf --min-bleu 80
 
 bench: install
 	bash bench/setup_env.sh

@@ -1,5 +1,6 @@
 """Checkpoints: atomic writes, clear errors on bad files, and averaging."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,15 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> N
         atomic_write(target, crash)
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_atomic_write_respects_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "shared.bin", lambda f: f.write(b"x"))
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "shared.bin").stat().st_mode & 0o777 == 0o644
 
 
 def test_average_command(tmp_path: Path) -> None:

@@ -1,0 +1,206 @@
+"""Issue 5: translation speed, mtx's search against Hugging Face `generate` and CTranslate2, same weights.
+
+    .bench-venv/bin/python bench/translate.py [--repeats 3] [--sentences 256]
+
+The `small` preset with random weights (vocabulary 8000); 256 random sources of 15–35 words plus EOS, sorted by
+length and cut into batches of 32 sentences, the same batches for every system; beam 4 and greedy; 2 threads.
+Every sentence gets exactly 30 tokens: mtx with min_len = max_len = 30 (30 tokens, then the EOS that max_len
+forces: 31 decoder steps), Marian with min_new_tokens 30 and max_new_tokens 31 with EOS forced last (the same
+31 steps), CTranslate2 with min_decoding_length 30 and max_decoding_length 31 (31 steps; it does not force the
+EOS, so its 31st token is free). Sentences/s and tokens/s (30 per sentence) are printed for:
+
+  mtx fp32 / int8      `mtx.search.search` on token tensors; int8 is `mtx.translate.prepare_model(..., "int8")`
+  marian fp32          `MarianMTModel.generate` (SDPA attention) holding mtx's weights
+  ct2 fp32 / int8      CTranslate2's Translator on that Marian model converted (compute_type float32 / int8)
+
+Before timing: mtx and Marian must give the same log-probabilities (to 1e-4) and the same greedy output;
+the share of CTranslate2's greedy outputs identical to mtx's is printed too. Then the issue's bars: mtx
+beam 4 at least 2× Marian's sentences/s, and within 2× of CTranslate2 float32 (both fp32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import tempfile
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from common import (
+    build_model,
+    check_same_function,
+    convert_to_ctranslate2,
+    emit,
+    emit_info,
+    emit_skip,
+    marian_from_mtx,
+    peers_missing,
+    random_batch,
+    set_threads,
+    time_interleaved,
+    token_strings,
+)
+from torch import Tensor
+
+from mtx.search import search
+from mtx.tokenizer import BOS, EOS, PAD
+from mtx.translate import prepare_model
+
+Batches = list[tuple[Tensor, Tensor]]  # (src, src_pad) per batch
+Decoder = Callable[[int], list[list[int]]]  # beam size → the output tokens of every sentence, in batch order
+
+HF_OVER_BAR = 2.0  # mtx beam 4 at least 2× HF generate's sentences/s
+CT2_WITHIN = 2.0  # and at most 2× slower than CTranslate2 float32
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--sentences", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=32, help="sentences per batch")
+    parser.add_argument("--tokens", type=int, default=30, help="output tokens per sentence (min = max length)")
+    parser.add_argument("--beams", default="4,1", help="comma-separated beam sizes; 1 is greedy search")
+    parser.add_argument("--lenpen", type=float, default=0.6)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    set_threads(args.threads)
+
+    model = build_model(args.preset, args.vocab).eval()
+    batches = length_sorted_batches(args.sentences, args.batch, args.vocab)
+    systems: dict[str, Decoder] = {
+        "mtx.fp32": mtx_decoder(model, batches, args),
+        "mtx.int8": mtx_decoder(prepare_model(copy.deepcopy(model), torch.device("cpu"), "int8"), batches, args),
+    }
+    with tempfile.TemporaryDirectory() as workdir:
+        systems.update(peer_decoders(model, batches, args, workdir))
+        check_outputs(systems)
+        config = {"preset": args.preset, "vocab": args.vocab, "sentences": args.sentences, "batch": args.batch,
+                  "tokens_per_sentence": args.tokens, "lengths": "15-35", "threads": args.threads, "device": "cpu"}
+        for beam in (int(b) for b in args.beams.split(",")):
+            seconds = time_interleaved({name: lambda d=decode, b=beam: d(b) for name, decode in systems.items()},
+                                       args.repeats, warmup=0)  # check_outputs has warmed every system up
+            rates = {}
+            for name, samples in seconds.items():
+                cfg = {**config, "system": name, "beam": beam}
+                rates[name] = float(np.median([args.sentences / s for s in samples]))
+                emit(f"{name}.beam{beam}.sentences_per_s", cfg, [args.sentences / s for s in samples], "sentences/s")
+                emit(f"{name}.beam{beam}.tokens_per_s", cfg, [args.sentences * args.tokens / s for s in samples],
+                     "tokens/s")
+            report_bars(beam, rates)
+
+
+def length_sorted_batches(sentences: int, batch: int, vocab: int) -> Batches:
+    """Random sources, sorted by length as `mtx translate` sorts them, cut into batches of `batch` sentences."""
+    pool = random_batch(sentences, vocab, 15, 35, seed=2)
+    order = (~pool.src_pad).sum(1).argsort(descending=True, stable=True)
+    src = pool.src[order]
+    out = []
+    for start in range(0, sentences, batch):
+        rows = src[start : start + batch]
+        rows = rows[:, : int((rows != PAD).sum(1).max())]
+        out.append((rows, rows == PAD))
+    return out
+
+
+def mtx_decoder(model: torch.nn.Module, batches: Batches, args: argparse.Namespace) -> Decoder:
+    def decode(beam: int) -> list[list[int]]:
+        outputs = []
+        for src, src_pad in batches:
+            max_len = torch.full((src.shape[0],), args.tokens)
+            nbests = search(model, src, src_pad, max_len, beam=beam, lenpen=args.lenpen, min_len=args.tokens)
+            outputs.extend(nbest[0].tokens for nbest in nbests)
+        return outputs
+
+    return decode
+
+
+def peer_decoders(model: torch.nn.Module, batches: Batches, args: argparse.Namespace, workdir: str
+                  ) -> dict[str, Decoder]:
+    """Marian `generate` and CTranslate2 on mtx's weights, or a `skipped` line for each peer not installed."""
+    missing = peers_missing("transformers", "ctranslate2")
+    if "transformers" in missing:
+        emit_skip("marian", "not installed here: transformers (run in .bench-venv, see bench/setup_env.sh)")
+        emit_skip("ct2", "its converter needs transformers, not installed here")
+        return {}
+    marian = marian_from_mtx(model).eval()
+    check_same_function(model, marian, random_batch(32, args.vocab, 15, 35, seed=3))
+    decoders = {"marian.fp32": marian_decoder(marian, batches, args)}
+    if "ctranslate2" in missing:
+        emit_skip("ct2", "not installed here: ctranslate2 (run in .bench-venv, see bench/setup_env.sh)")
+        return decoders
+    import ctranslate2
+
+    path = convert_to_ctranslate2(marian, args.vocab, f"{workdir}/ct2")
+    for compute_type in ("float32", "int8"):
+        translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type, inter_threads=1,
+                                            intra_threads=args.threads)
+        decoders[f"ct2.{compute_type.replace('float', 'fp')}"] = ct2_decoder(translator, batches, args)
+    return decoders
+
+
+def marian_decoder(marian, batches: Batches, args: argparse.Namespace) -> Decoder:
+    from transformers import GenerationConfig
+
+    def decode(beam: int) -> list[list[int]]:
+        generation = GenerationConfig(
+            num_beams=beam, do_sample=False, min_new_tokens=args.tokens, max_new_tokens=args.tokens + 1,
+            length_penalty=args.lenpen if beam > 1 else None, forced_eos_token_id=EOS, suppress_tokens=[PAD, BOS],
+            decoder_start_token_id=BOS, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
+        )
+        outputs = []
+        with torch.inference_mode():
+            for src, src_pad in batches:
+                generated = marian.generate(input_ids=src, attention_mask=(~src_pad).long(),
+                                            generation_config=generation)
+                outputs.extend(generated[:, 1 : 1 + args.tokens].tolist())  # after the start token, before EOS
+        return outputs
+
+    return decode
+
+
+def ct2_decoder(translator, batches: Batches, args: argparse.Namespace) -> Decoder:
+    strings = token_strings(args.vocab)
+    ids = {token: i for i, token in enumerate(strings)}
+    sources = [[[strings[i] for i in row if i != PAD] for row in src.tolist()] for src, _ in batches]
+
+    def decode(beam: int) -> list[list[int]]:
+        outputs = []
+        for source in sources:
+            results = translator.translate_batch(
+                source, beam_size=beam, length_penalty=args.lenpen, min_decoding_length=args.tokens,
+                max_decoding_length=args.tokens + 1, suppress_sequences=[[strings[PAD]], [strings[BOS]]])
+            outputs.extend([ids[t] for t in r.hypotheses[0][: args.tokens]] for r in results)
+        return outputs
+
+    return decode
+
+
+def check_outputs(systems: dict[str, Decoder]) -> None:
+    """Every system emits 30 tokens per sentence; Marian's greedy output is mtx's, token for token."""
+    reference = systems["mtx.fp32"](1)
+    for name, decode in systems.items():
+        outputs = reference if name == "mtx.fp32" else decode(1)
+        same = sum(a == b for a, b in zip(outputs, reference, strict=True)) / len(reference)
+        lengths = sorted({len(o) for o in outputs})
+        emit_info(f"{name}.greedy_check", identical_to_mtx_fp32=same, output_lengths=lengths)
+        if name == "marian.fp32" and same < 1.0:
+            raise RuntimeError(f"Marian's greedy output differs from mtx's on {1 - same:.1%} of the sentences")
+
+
+def report_bars(beam: int, rates: dict[str, float]) -> None:
+    """The issue's bars, for beam 4: mtx ≥ 2× Marian generate, and CTranslate2 ≤ 2× mtx (fp32 both)."""
+    if beam != 4:
+        return
+    if "marian.fp32" in rates:
+        ratio = rates["mtx.fp32"] / rates["marian.fp32"]
+        emit_info("translate.mtx_over_marian", beam=beam, ratio=ratio, bar=HF_OVER_BAR, met=ratio >= HF_OVER_BAR)
+    if "ct2.fp32" in rates:
+        ratio = rates["ct2.fp32"] / rates["mtx.fp32"]
+        emit_info("translate.ct2_over_mtx", beam=beam, ratio=ratio, bar=CT2_WITHIN, met=ratio <= CT2_WITHIN)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Integration: the five commands a user runs, through the real CLI, on a small demo corpus (about a minute)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RECIPE = """\
+name: pipeline
+seed: 3
+data:
+  source: {demo: {pairs: 3000, valid: 40, test: 40}}
+  bpe: {vocab_size: 600}
+model: {preset: tiny, d_model: 64, heads: 4, d_ff: 128, layers_enc: 1, layers_dec: 1, dropout: 0.0}
+train:
+  max_tokens: 1500
+  lr: 3.0e-3
+  warmup: 20
+  max_steps: 60
+  save_every: 20
+  validate_every: 30
+  valid_max_sentences: 20
+  log_every: 10
+decode: {beam: 2, max_len_b: 20}
+"""
+
+
+def mtx(*args: str, stdin: str | None = None, cwd: Path) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "mtx", *args], input=stdin, capture_output=True, text=True,
+                            cwd=cwd, timeout=300, env={**__import__("os").environ, "OMP_NUM_THREADS": "2"})
+    assert result.returncode == 0, f"mtx {' '.join(args)} failed:\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """prepare → train → average, once for the tests below."""
+    root = tmp_path_factory.mktemp("pipeline")
+    (root / "recipe.yaml").write_text(RECIPE, encoding="utf-8")
+    mtx("prepare", "recipe.yaml", "--workers", "1", cwd=root)
+    mtx("train", "recipe.yaml", cwd=root)
+    mtx("average", "--dir", "runs/pipeline/checkpoints", "--last", "2", "-o", "runs/pipeline/average.pt", cwd=root)
+    return root
+
+
+def test_run_directory_describes_itself(run: Path) -> None:
+    data, checkpoints = run / "runs/pipeline/data", run / "runs/pipeline/checkpoints"
+    manifest = json.loads((data / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["pairs"] > 2000
+    assert {"step_20.pt", "step_40.pt", "step_60.pt", "last.pt"} <= {p.name for p in checkpoints.iterdir()}
+    events = [json.loads(line) for line in (run / "runs/pipeline/metrics.jsonl").read_text().splitlines()]
+    assert any("valid_bleu" in e for e in events) and events[-1]["step"] == 60
+
+
+def test_translate_and_score_through_pipes(run: Path) -> None:
+    test_en, test_de = run / "runs/pipeline/data/test.en", run / "runs/pipeline/data/test.de"
+    source = test_en.read_text(encoding="utf-8")
+    from_file = mtx("translate", "-m", "runs/pipeline/average.pt", "-i", str(test_en), cwd=run).stdout
+    from_stdin = mtx("translate", "-m", "runs/pipeline/average.pt", stdin=source, cwd=run).stdout
+    assert from_file == from_stdin
+    assert len(from_file.splitlines()) == len(source.splitlines()) == 40
+    card = json.loads(mtx("score", "-r", str(test_de), "--json", "--metrics", "bleu,chrf", stdin=from_file,
+                          cwd=run).stdout)
+    assert 0 <= card["bleu"] <= 100 and "chrf" in card and card["signature"]
+
+
+def test_train_again_resumes_and_does_nothing_more(run: Path) -> None:
+    before = (run / "runs/pipeline/checkpoints/last.pt").stat().st_mtime_ns
+    result = mtx("train", "recipe.yaml", cwd=run)
+    assert (run / "runs/pipeline/checkpoints/last.pt").stat().st_mtime_ns == before
+    assert "60" in result.stderr
