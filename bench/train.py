@@ -4,13 +4,16 @@
     .bench-venv/bin/python bench/train.py --device cuda                     # GPU: small, base, big in bf16 + MFU
 
 One update is what `mtx.train.Trainer._train_update` does for one micro-batch (it is a method of the whole
-trainer, which needs a prepared run directory, so its body is replicated here, step for step): forward under
-autocast (none on the CPU), `mtx.loss.label_smoothed_loss` (ε = 0.1) divided by the batch's target tokens,
-backward, `clip_grad_norm_` (the trainer always computes the norm, for its log), AdamW (weight decay 0, i.e.
-Adam; betas 0.9/0.98, eps 1e-9; fused on CUDA as in the trainer), `zero_grad(set_to_none=True)`. Only the
-trainer's logging sums and the per-update dropout reseeding are left out.
+trainer, which needs a prepared run directory, so its body is replicated here, step for step): under autocast
+(none on the CPU), `mtx.loss.batch_loss` (ε = 0.1: the forward with logits only at the target tokens, then
+`mtx.loss.label_smoothed_loss`) divided by the batch's target tokens, backward, `clip_grad_norm_` (the trainer
+always computes the norm, for its log), AdamW (weight decay 0, i.e. Adam; betas 0.9/0.98, eps 1e-9; fused on
+CUDA as in the trainer), `zero_grad(set_to_none=True)`. Only the trainer's logging sums and the per-update
+dropout reseeding are left out.
 
-Marian gets the identical update: the same batches, the same loss function on its logits, the same optimizer.
+Marian gets the same update on the same batches with the same optimizer, and the same loss function,
+`label_smoothed_loss`, on its logits of every position with the padding masked (Transformers' own label smoother
+works on the padded logits too).
 Its MarianConfig mirrors the mtx preset (post-norm, ReLU, sinusoidal positions, √d embedding scale, one shared
 embedding/output matrix, dropout 0.1 with none on attention weights or inside the FFN, SDPA attention).
 
@@ -48,7 +51,7 @@ from common import (
 from torch import Tensor
 
 from mtx.batching import Batch, collate, make_batches
-from mtx.loss import label_smoothed_loss
+from mtx.loss import batch_loss, label_smoothed_loss
 
 LABEL_SMOOTHING = 0.1
 BAR = 1.2  # the issue's bar: mtx at least 1.2× Marian's target tokens/s
@@ -94,12 +97,16 @@ def bench_preset(preset: str, vocab: int, precision: str, device: torch.device, 
               "label_smoothing": LABEL_SMOOTHING}
 
     mtx_model = build_model(preset, vocab).to(device).train()
-    updates = {"mtx": Updater(lambda b: mtx_model(b.src, b.src_pad, b.tgt_in), mtx_model, device, autocast)}
+    updates = {"mtx": Updater(lambda b: batch_loss(mtx_model, b, LABEL_SMOOTHING)[0], mtx_model, device, autocast)}
     if with_marian:
         marian = build_marian(model_config(preset), vocab).to(device).train()
-        updates["marian"] = Updater(lambda b: marian(input_ids=b.src, attention_mask=(~b.src_pad).long(),
-                                                     decoder_input_ids=b.tgt_in, use_cache=False).logits,
-                                    marian, device, autocast)
+
+        def marian_loss(b: Batch) -> Tensor:
+            logits = marian(input_ids=b.src, attention_mask=(~b.src_pad).long(), decoder_input_ids=b.tgt_in,
+                            use_cache=False).logits
+            return label_smoothed_loss(logits, b.tgt_out, LABEL_SMOOTHING)[0]
+
+        updates["marian"] = Updater(marian_loss, marian, device, autocast)
     seconds = time_interleaved({name: lambda u=u: u.run(batches) for name, u in updates.items()},
                                args.repeats, warmup=1, device=device)
     medians = {}
@@ -129,11 +136,14 @@ def spread_batches(vocab: int, max_tokens: int, count: int) -> list[Batch]:
 
 
 class Updater:
-    """One model, its optimizer and the trainer's update; `run` performs one update per batch."""
+    """One model, its optimizer and the trainer's update; `run` performs one update per batch.
 
-    def __init__(self, forward: Callable[[Batch], Tensor], model: torch.nn.Module, device: torch.device,
+    `loss` is a batch's summed label-smoothed loss: forward and loss together, as each system computes them.
+    """
+
+    def __init__(self, loss: Callable[[Batch], Tensor], model: torch.nn.Module, device: torch.device,
                  autocast: torch.dtype | None) -> None:
-        self.forward, self.device, self.autocast = forward, device, autocast
+        self.loss, self.device, self.autocast = loss, device, autocast
         self.params = list(model.parameters())
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0,
                                            fused=device.type == "cuda")
@@ -141,9 +151,7 @@ class Updater:
     def run(self, batches: list[Batch]) -> None:
         for batch in batches:
             with torch.autocast(self.device.type, dtype=self.autocast) if self.autocast else nullcontext():
-                logits = self.forward(batch)
-                loss_sum, _, _ = label_smoothed_loss(logits, batch.tgt_out, LABEL_SMOOTHING)
-                (loss_sum / batch.n_tgt_tokens).backward()
+                (self.loss(batch) / batch.n_tgt_tokens).backward()
             torch.nn.utils.clip_grad_norm_(self.params, math.inf)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)

@@ -48,7 +48,7 @@ from mtx.checkpoint import (
 from mtx.config import Recipe, TrainConfig, parse_duration
 from mtx.data import load_manifest, load_split
 from mtx.errors import MtxError
-from mtx.loss import label_smoothed_loss
+from mtx.loss import batch_loss
 from mtx.model import Transformer
 from mtx.tokenizer import Tokenizer
 
@@ -321,8 +321,7 @@ class Trainer:
             last = i == len(batches) - 1
             sync = self.forward_model.no_sync() if self.ctx.distributed and not last else nullcontext()
             with sync, self._autocast():
-                logits = self.forward_model(batch.src, batch.src_pad, batch.tgt_in)
-                loss_sum, nll_sum, _ = label_smoothed_loss(logits, batch.tgt_out, self.cfg.label_smoothing)
+                loss_sum, nll_sum, _ = batch_loss(self.forward_model, batch, self.cfg.label_smoothing)
                 self.scaler.scale(loss_sum * scale).backward()
             sums += torch.stack([loss_sum.detach(), nll_sum]).double()
         self.scaler.unscale_(self.optimizer)
@@ -459,8 +458,7 @@ class Trainer:
         with torch.no_grad(), self._autocast():
             for indices in self.valid_batches[self.ctx.rank :: self.ctx.world]:
                 batch = collate(self.valid_split, indices).to(self.ctx.device)
-                logits = self.model(batch.src, batch.src_pad, batch.tgt_in)
-                sums += torch.stack(label_smoothed_loss(logits, batch.tgt_out, self.cfg.label_smoothing)).double()
+                sums += torch.stack(batch_loss(self.model, batch, self.cfg.label_smoothing)).double()
         loss_sum, nll_sum, n_tokens = distributed.all_reduce_sum(sums).tolist()
         return loss_sum / n_tokens, nll_sum / n_tokens
 

@@ -263,22 +263,33 @@ def resolve_device(device: Device) -> torch.device:
 
 
 def prepare_model(model: torch.nn.Module, device: torch.device, dtype: Dtype) -> torch.nn.Module:
-    """The model on `device` in the numeric format asked for.
+    """The model on `device` in the numeric format asked for, converted in place (as `nn.Module.to` does).
 
     auto: fp32 on a CPU; bf16 on a GPU that supports it, else fp16. int8 quantises the weights of every
-    nn.Linear dynamically (activations are quantised on the fly per batch), which only CPUs run; the shared
-    embedding / output matrix stays fp32.
+    nn.Linear dynamically (activations are quantised on the fly per batch), which only CPUs run. That includes
+    the output projection, a quarter of the decoding time in fp32: it gets an int8 copy of the shared
+    embedding matrix as `model.output_proj`, while the embedding lookups keep reading the fp32 matrix.
     """
     if dtype == "auto":
         dtype = "fp32" if device.type == "cpu" else ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
     if dtype == "int8":
         if device.type != "cpu":
             raise MtxError("--dtype int8 runs on CPUs only: add --device cpu, or use --dtype bf16/fp16 on a GPU.")
+        model = model.cpu()
+        model.output_proj = tied_output_projection(model.tgt_embed)
         with warnings.catch_warnings():  # torch.ao's deprecation notice is not the user's concern
             warnings.simplefilter("ignore")
-            return torch.ao.quantization.quantize_dynamic(model.cpu(), {torch.nn.Linear}, dtype=torch.qint8)
+            return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     return model.to(device=device, dtype=torch_dtype)
+
+
+def tied_output_projection(embed: torch.nn.Embedding) -> torch.nn.Linear:
+    """An nn.Linear (D → V, no bias) whose weight is the embedding matrix itself, not a copy: what
+    `Transformer.output_logits` computes, as a module that `quantize_dynamic` can convert."""
+    projection = torch.nn.Linear(embed.embedding_dim, embed.num_embeddings, bias=False, device="meta")
+    projection.weight = embed.weight
+    return projection
 
 
 def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path | None, *,

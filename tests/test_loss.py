@@ -4,8 +4,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mtx.loss import label_smoothed_loss
-from mtx.tokenizer import PAD
+from mtx.batching import Batch
+from mtx.config import ModelConfig, resolve_model
+from mtx.loss import batch_loss, label_smoothed_loss
+from mtx.model import Transformer
+from mtx.tokenizer import BOS, PAD
 
 VOCAB = 11
 
@@ -52,3 +55,33 @@ def test_nll_is_detached_and_loss_is_float32_under_half_logits() -> None:
     logits, target = example()
     loss, nll, _ = label_smoothed_loss(logits.bfloat16().requires_grad_(True), target, 0.1)
     assert loss.dtype == torch.float32 and loss.requires_grad and not nll.requires_grad
+
+
+def test_flat_logits_of_the_target_tokens_give_the_padded_loss() -> None:
+    """(N, V) logits of just the target tokens, as `batch_loss` uses them, give the (B, T, V) result."""
+    logits, target = example()
+    keep = target != PAD
+    for flat, padded in zip(label_smoothed_loss(logits[keep], target[keep], 0.1),
+                            label_smoothed_loss(logits, target, 0.1), strict=True):
+        torch.testing.assert_close(flat, padded)
+
+
+def test_batch_loss_equals_the_loss_of_the_full_logits() -> None:
+    """Skipping the padding's logits changes the work, not the loss or its gradient."""
+    torch.manual_seed(0)
+    model = Transformer(resolve_model(ModelConfig(preset="tiny", d_model=32, heads=4, d_ff=64)), VOCAB).eval()
+    _, target = example()
+    src = torch.randint(4, VOCAB, (3, 7), generator=torch.Generator().manual_seed(1))
+    tgt_in = torch.cat([torch.full((3, 1), BOS), target[:, :-1]], dim=1).masked_fill(target == PAD, PAD)
+    batch = Batch(src, src == PAD, tgt_in, target, int((target != PAD).sum()))
+    results = []
+    for loss in (lambda: batch_loss(model, batch, 0.1),
+                 lambda: label_smoothed_loss(model(src, batch.src_pad, tgt_in), target, 0.1)):
+        model.zero_grad()
+        sums = loss()
+        sums[0].backward()
+        results.append((sums, model.tgt_embed.weight.grad.clone()))
+    (ours, our_grad), (full, full_grad) = results
+    for a, b in zip(ours, full, strict=True):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(our_grad, full_grad)

@@ -2,9 +2,16 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from mtx.config import ModelConfig, resolve_model
-from mtx.model import SequenceTooLongError, Transformer, count_parameters, count_parameters_for
+from mtx.model import (
+    SequenceTooLongError,
+    Transformer,
+    count_parameters,
+    count_parameters_for,
+    single_query_attention,
+)
 
 VOCAB = 50
 
@@ -72,6 +79,30 @@ def test_decode_step_after_reorder(cross: bool) -> None:
         got = [model.decode_step(tgt_in[idx, t], state)[0] for t in range(3, 6)]
         expected = torch.log_softmax(model(src[idx], src_pad[idx], tgt_in[idx]), dim=-1)[:, 3:]
     torch.testing.assert_close(torch.stack(got, dim=1), expected, atol=1e-5, rtol=0)
+
+
+def test_single_query_attention_equals_sdpa() -> None:
+    """The explicit attention of one-query decoding steps on the CPU computes what SDPA computes."""
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(3, 4, length, 8, generator=g) for length in (1, 6, 6))
+    may_attend = torch.ones(3, 1, 1, 6, dtype=torch.bool)
+    may_attend[1, ..., 4:] = False
+    for mask in (None, may_attend):
+        torch.testing.assert_close(single_query_attention(q, k, v, mask),
+                                   F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+def test_forward_with_tgt_mask_gives_the_logits_of_those_positions() -> None:
+    """With a target mask, forward returns the full logits at the masked positions, in row-major order."""
+    model = tiny_model()
+    src, src_pad = batch()
+    tgt_in = torch.randint(4, VOCAB, (3, 6), generator=torch.Generator().manual_seed(10))
+    tgt_mask = torch.arange(6) < torch.tensor([[6], [2], [4]])
+    with torch.no_grad():
+        full = model(src, src_pad, tgt_in)
+        gathered = model(src, src_pad, tgt_in, tgt_mask)
+    assert gathered.shape == (12, VOCAB)
+    torch.testing.assert_close(gathered, full[tgt_mask], atol=1e-6, rtol=0)
 
 
 def test_causality() -> None:

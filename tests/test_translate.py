@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import select
@@ -20,7 +21,7 @@ from mtx.config import ModelConfig, resolve_model
 from mtx.errors import MtxError
 from mtx.model import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
-from mtx.translate import plan_batches, read_ahead, translate_sentences
+from mtx.translate import plan_batches, prepare_model, read_ahead, translate_sentences
 
 WORDS = ["red", "green", "blue", "cat", "dog", "bird", "one", "two", "three", "house", "tree", "river"]
 MAX_POSITIONS = 64
@@ -185,6 +186,23 @@ def test_int8_and_greedy(trained: dict) -> None:
     assert sum(a == b for a, b in zip(int8, held_out, strict=True)) >= 0.9 * len(held_out)
     _, greedy = translate_cli([*args, "--beam", "1"])
     assert greedy == held_out
+
+
+def test_int8_quantizes_the_output_projection_too(trained: dict) -> None:
+    """int8 gives the tied output projection an int8 copy of the embedding matrix; lookups stay float32."""
+    fp32 = trained["model"]
+    int8 = prepare_model(copy.deepcopy(fp32), torch.device("cpu"), "int8")
+    assert isinstance(int8.output_proj, torch.ao.nn.quantized.dynamic.Linear)
+    assert int8.tgt_embed.weight.dtype == torch.float32
+    torch.testing.assert_close(int8.tgt_embed.weight, fp32.tgt_embed.weight)
+    h = torch.randn(16, fp32.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        exact, approximate = fp32.output_logits(h), int8.output_logits(h)
+    assert (approximate - exact).abs().max() < 0.05 * exact.abs().max()
+    held_out = trained["held_out"]
+    translated = translate_sentences(int8, trained["tokenizer"], held_out, beam=4, lenpen=0.6, max_len_a=1.0,
+                                     max_len_b=5)
+    assert sum(a == b for a, b in zip(translated, held_out, strict=True)) >= 0.9 * len(held_out)
 
 
 @pytest.mark.parametrize(("flags", "message"), [
