@@ -161,7 +161,7 @@ def _build(data: DataConfig, streams: dict[str, SplitStream], out: Path, workers
             texts[split] = (out / f"{split}.{data.src_lang}", out / f"{split}.{data.tgt_lang}")
 
     with _pool(workers) as pool:
-        counts, hashes = _clean_train(streams["train"], data.filter, texts["train"], pool, workers, progress)
+        counts, hashes = _clean_split(streams["train"], data.filter, texts["train"], pool, workers, progress)
         keep = _first_occurrences(hashes)
         counts["duplicate"] = len(keep) - int(keep.sum()) if data.filter.dedup else 0
         if not data.filter.dedup:
@@ -176,7 +176,8 @@ def _build(data: DataConfig, streams: dict[str, SplitStream], out: Path, workers
         replaced = {}
         for split, stream in streams.items():
             if split != "train":
-                read[split], replaced[split] = _clean_eval(stream, texts[split], pool, workers, progress)
+                eval_counts, _ = _clean_split(stream, None, texts[split], pool, workers, progress)
+                read[split], replaced[split] = eval_counts["read"], eval_counts["invalid_utf8"]
 
     task = progress.add_task(f"learning BPE ({data.bpe.vocab_size:,} tokens)", total=None)
     sample = min(kept, data.bpe.max_lines)
@@ -219,11 +220,17 @@ def _build(data: DataConfig, streams: dict[str, SplitStream], out: Path, workers
 # ------------------------------------------------------------------------------------------------ clean
 
 
-def _clean_train(stream: SplitStream, filt: FilterConfig, texts: tuple[Path, Path], pool: Executor | None,
+def _clean_split(stream: SplitStream, filt: FilterConfig | None, texts: tuple[Path, Path], pool: Executor | None,
                  workers: int, progress: Progress) -> tuple[Counter, np.ndarray]:
+    """Normalize a split into its two text files, in chunks on the workers; (counts, one hash per kept pair).
+
+    With a filter (training data) rejected pairs are dropped and counted by reason; without one (valid/test)
+    every pair is kept and `counts["invalid_utf8"]` counts those repaired with U+FFFD.
+    """
     counts: Counter = Counter({name: 0 for name in FILTERS})
     hashes = []
-    task = progress.add_task(f"cleaning train ({stream.origin})", total=stream.total)
+    verb = "cleaning" if filt is not None else "reading"
+    task = progress.add_task(f"{verb} {stream.split} ({stream.origin})", total=stream.total)
     with open(texts[0], "w", encoding="utf-8", newline="\n") as src_out, \
             open(texts[1], "w", encoding="utf-8", newline="\n") as tgt_out:
         jobs = ((chunk, filt) for chunk in stream.chunks())
@@ -234,23 +241,6 @@ def _clean_train(stream: SplitStream, filt: FilterConfig, texts: tuple[Path, Pat
             counts.update(chunk_counts)
             progress.advance(task, chunk_counts["read"])
     return counts, np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-
-
-def _clean_eval(stream: SplitStream, texts: tuple[Path, Path], pool: Executor | None, workers: int,
-                progress: Progress) -> tuple[int, int]:
-    """Normalize valid/test without dropping anything; returns (pairs, pairs with invalid UTF-8 repaired)."""
-    pairs = replaced = 0
-    task = progress.add_task(f"reading {stream.split} ({stream.origin})", total=stream.total)
-    with open(texts[0], "w", encoding="utf-8", newline="\n") as src_out, \
-            open(texts[1], "w", encoding="utf-8", newline="\n") as tgt_out:
-        jobs = ((chunk, None) for chunk in stream.chunks())
-        for srcs, tgts, _, chunk_counts in _ordered_map(_clean_chunk, jobs, pool, workers):
-            _write_lines(src_out, srcs)
-            _write_lines(tgt_out, tgts)
-            replaced += chunk_counts["invalid_utf8"]
-            pairs += chunk_counts["read"]
-            progress.advance(task, chunk_counts["read"])
-    return pairs, replaced
 
 
 def _clean_chunk(pairs: list[RawPair], filt: FilterConfig | None
