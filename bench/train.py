@@ -5,11 +5,11 @@
 
 One update is what `mtx.train.Trainer._train_update` does for one micro-batch (it is a method of the whole
 trainer, which needs a prepared run directory, so its body is replicated here, step for step): under autocast
-(none on the CPU), `mtx.loss.batch_loss` (ε = 0.1: the forward with logits only at the target tokens, then
-`mtx.loss.label_smoothed_loss`) divided by the batch's target tokens, backward, `clip_grad_norm_` (the trainer
-always computes the norm, for its log), AdamW (weight decay 0, i.e. Adam; betas 0.9/0.98, eps 1e-9; fused on
-CUDA as in the trainer), `zero_grad(set_to_none=True)`. Only the trainer's logging sums and the per-update
-dropout reseeding are left out.
+(none on the CPU), `mtx.loss.batch_loss` (ε = 0.1: the forward to the decoder states of the target tokens, then
+`mtx.loss.projected_label_smoothed_loss`, the output projection fused with the loss) divided by the batch's
+target tokens, backward, `clip_grad_norm_` (the trainer always computes the norm, for its log), AdamW (weight
+decay 0, i.e. Adam; betas 0.9/0.98, eps 1e-9; fused on CUDA as in the trainer), `zero_grad(set_to_none=True)`.
+Only the trainer's logging sums and the per-update dropout reseeding are left out.
 
 Marian gets the same update on the same batches with the same optimizer, and the same loss function,
 `label_smoothed_loss`, on its logits of every position with the padding masked (Transformers' own label smoother

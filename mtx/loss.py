@@ -7,12 +7,17 @@ V − 1 other tokens (ε / (V − 1) each), so per token the loss is
 
 The loss is a sum, not a mean: the trainer divides by the number of target tokens in the whole update, summed
 over micro-batches and ranks, so the gradient does not depend on how an update is split among them.
+
+Training computes it with `projected_label_smoothed_loss`, which fuses the output projection into the loss and
+works through the target tokens a chunk at a time, so the (N, V) logits are never materialised: see there why.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 
 from mtx.batching import Batch
 from mtx.tokenizer import PAD
@@ -40,12 +45,118 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: 
     return loss_sum, nll_sum.detach(), n_tokens
 
 
-def batch_loss(model: nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor, Tensor]:
-    """`label_smoothed_loss` of an mtx Transformer (or a wrapper of one) on a batch, teacher-forced.
+def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float,
+                                  pad_id: int = PAD) -> tuple[Tensor, Tensor, Tensor]:
+    """`label_smoothed_loss(F.linear(hidden, weight), target, ...)` for (N, D) decoder states, the (V, D) output
+    matrix and (N,) targets, computed without ever holding the (N, V) logits.
 
-    The model is asked for the logits of the target tokens only (`Transformer.forward`'s `tgt_mask`), so the
-    output projection and the loss, forward and backward, skip the batch's target padding.
+    The logits of a training batch are its largest tensors by far (4,000 target tokens × 8,000 types: 128 MB in
+    float32; × 37,000 types on a GPU batch of 25,000 tokens: 3.7 GB), and the unfused loss makes five of their
+    size, forward and backward: logits, log-probabilities, the gather's and the sum's gradients and their sum.
+    Fresh tensors that large cost page faults on a CPU and memory on a GPU: on bench/train.py's batch the
+    projection and the loss, forward and backward, take 550 ms here against 790 ms unfused. So the projection,
+    the loss and its gradient go together, `_CHUNK_ELEMENTS` logits at a time in one reused buffer: log-softmax
+    in place, the loss terms, then softmax in place and the closed-form gradient with respect to the logits,
+    p − q (q the smoothed target distribution), multiplied at once into the gradients of `hidden` and
+    `weight`. The backward only scales those by the incoming gradient.
+
+    Under fp16 autocast the plain path is taken: fp16 gradients need the GradScaler's scale applied before they
+    are cast, which a gradient computed in the forward cannot have. bf16 (and fp32) have fp32's range.
+    """
+    device = hidden.device.type
+    compute = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+    if compute == torch.float16:
+        return label_smoothed_loss(F.linear(hidden, weight), target, epsilon, pad_id)
+    loss, nll = _ProjectedSmoothedLoss.apply(hidden, weight, target, epsilon, pad_id, compute)
+    return loss, nll, (target != pad_id).sum()
+
+
+# Logits per chunk: 32 MB in float32 on a CPU, where 2^22…2^23 ran best of 2^20…2^25 on bench/train.py's batch;
+# on a GPU chunks large enough to keep the matrix multiplies efficient (1 GB, ~7,000 tokens at V = 37,000).
+_CHUNK_ELEMENTS = {"cpu": 2**23, "cuda": 2**28}
+
+
+class _ProjectedSmoothedLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
+                compute: torch.dtype) -> tuple[Tensor, Tensor]:
+        n, vocab = hidden.shape[0], weight.shape[0]
+        other = epsilon / (vocab - 1)  # q of every token but the reference, which gets 1 − ε
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        has_padding = bool((target == pad_id).any())
+        rows = max(1, _CHUNK_ELEMENTS.get(hidden.device.type, 2**28) // vocab)
+        nll_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        all_sum = torch.zeros_like(nll_sum)  # Σ over tokens of Σ_v −log p(v)
+        # float32: one buffer for every chunk's logits, and gradients written in place. bf16: bf16 matmuls as
+        # autocast would run them (it is off in here, the casts explicit), their outputs in fresh tensors.
+        in_place = compute == torch.float32
+        buffer = hidden.new_empty(min(rows, n), vocab, dtype=torch.float32) if in_place else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(compute)
+            for start in range(0, n, rows):
+                chunk = slice(start, start + rows)
+                h, t = hidden[chunk].to(compute), target[chunk, None]
+                logits = torch.mm(h, w.t(), out=buffer[: len(h)]) if in_place else torch.mm(h, w.t()).float()
+                lprobs = torch.log_softmax(logits, dim=-1, out=logits)
+                picked, totals = lprobs.gather(1, t), lprobs.sum(1, keepdim=True)
+                keep = (t != pad_id).float() if has_padding else None
+                if keep is not None:
+                    picked, totals = picked * keep, totals * keep
+                nll_sum -= picked.sum()
+                all_sum -= totals.sum()
+                if grad_hidden is None and grad_weight is None:
+                    continue
+                grad = torch.softmax(lprobs, dim=-1, out=lprobs).sub_(other)
+                grad.scatter_add_(1, t, grad.new_full(t.shape, other - (1.0 - epsilon)))
+                if keep is not None:
+                    grad.mul_(keep)
+                grad = grad.to(compute)
+                if grad_hidden is not None:
+                    if in_place:
+                        torch.mm(grad, w, out=grad_hidden[chunk])
+                    else:
+                        grad_hidden[chunk] = torch.mm(grad, w)
+                if grad_weight is not None:
+                    if in_place:
+                        grad_weight.addmm_(grad.t(), h)
+                    else:
+                        grad_weight += torch.mm(grad.t(), h).float()
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        ctx.mark_non_differentiable(nll_sum)
+        return (1.0 - epsilon - other) * nll_sum + other * all_sum, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        if grad_hidden is not None:
+            grad_hidden = grad_hidden * grad_loss
+        if grad_weight is not None:
+            grad_weight = (grad_weight * grad_loss).to(ctx.weight_dtype)
+        return grad_hidden, grad_weight, None, None, None, None
+
+
+def batch_loss(model: nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor, Tensor]:
+    """`label_smoothed_loss` of an mtx Transformer (or a DDP or `torch.compile` wrapper of one) on a batch,
+    teacher-forced.
+
+    The model returns its final decoder states at the target tokens only (`Transformer.forward`'s `tgt_mask`),
+    so the output projection and the loss, forward and backward, skip the batch's target padding, and
+    `projected_label_smoothed_loss` projects them with the output (= target embedding) matrix itself.
     """
     has_target = batch.tgt_out != PAD
-    logits = model(batch.src, batch.src_pad, batch.tgt_in, has_target)
-    return label_smoothed_loss(logits, batch.tgt_out[has_target], epsilon)
+    hidden = model(batch.src, batch.src_pad, batch.tgt_in, has_target, project=False)
+    weight = _unwrap(model).tgt_embed.weight
+    return projected_label_smoothed_loss(hidden, weight, batch.tgt_out[has_target], epsilon)
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The Transformer inside DistributedDataParallel and `torch.compile` wrappers."""
+    while True:
+        if isinstance(model, DistributedDataParallel):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model

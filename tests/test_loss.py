@@ -4,9 +4,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import mtx.loss as loss_module
 from mtx.batching import Batch
 from mtx.config import ModelConfig, resolve_model
-from mtx.loss import batch_loss, label_smoothed_loss
+from mtx.loss import batch_loss, label_smoothed_loss, projected_label_smoothed_loss
 from mtx.model import Transformer
 from mtx.tokenizer import BOS, PAD
 
@@ -85,3 +86,62 @@ def test_batch_loss_equals_the_loss_of_the_full_logits() -> None:
     for a, b in zip(ours, full, strict=True):
         torch.testing.assert_close(a, b)
     torch.testing.assert_close(our_grad, full_grad)
+
+
+def projection_example(n: int = 23, d: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, d, generator=g)
+    weight = torch.randn(VOCAB, d, generator=g)
+    target = torch.randint(4, VOCAB, (n,), generator=g)
+    return hidden, weight, target
+
+
+@pytest.mark.parametrize("chunk_elements", [VOCAB, 5 * VOCAB, 2**23])  # one row per chunk, several, all at once
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+@pytest.mark.parametrize("padded", [False, True])
+def test_projected_loss_equals_the_loss_of_the_logits(monkeypatch, chunk_elements: int, epsilon: float,
+                                                      padded: bool) -> None:
+    """The fused, chunked projection + loss: same values and same gradients as projecting, then the loss,
+    through autograd; padding targets count for nothing; the incoming gradient scales the result."""
+    monkeypatch.setitem(loss_module._CHUNK_ELEMENTS, "cpu", chunk_elements)
+    hidden, weight, target = projection_example()
+    if padded:
+        target[[2, 3, 17]] = PAD
+    results = []
+    for compute in (lambda h, w: label_smoothed_loss(F.linear(h, w), target, epsilon),
+                    lambda h, w: projected_label_smoothed_loss(h, w, target, epsilon)):
+        h, w = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+        loss, nll, n_tokens = compute(h, w)
+        (2.5 * loss).backward()
+        results.append((loss, nll, n_tokens, h.grad, w.grad))
+        assert not nll.requires_grad
+    for ours, reference in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
+    if padded:
+        assert torch.all(results[1][3][[2, 3, 17]] == 0)
+
+
+def test_projected_loss_without_gradients_computes_none() -> None:
+    """Validation runs under no_grad: the loss alone, no gradient work."""
+    hidden, weight, target = projection_example()
+    with torch.no_grad():
+        loss, nll, _ = projected_label_smoothed_loss(hidden, weight, target, 0.1)
+    torch.testing.assert_close(loss, label_smoothed_loss(F.linear(hidden, weight), target, 0.1)[0])
+    assert not loss.requires_grad
+
+
+def test_projected_loss_under_bf16_autocast_tracks_the_unfused_one() -> None:
+    """bf16 autocast (here on the CPU, as on a GPU): bf16 matmuls, float32 softmax and loss, float32 gradients
+    for float32 parameters; within bf16 rounding of the plain path under the same autocast."""
+    hidden, weight, target = projection_example(n=64, d=32)
+    results = []
+    for compute in (lambda h, w: label_smoothed_loss(F.linear(h, w), target, 0.1),
+                    lambda h, w: projected_label_smoothed_loss(h, w, target, 0.1)):
+        h, w = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = compute(h, w)[0]
+        loss.backward()
+        results.append((loss, h.grad, w.grad))
+    for ours, reference in zip(results[1], results[0], strict=True):
+        assert ours.dtype == torch.float32
+        torch.testing.assert_close(ours, reference, rtol=2e-2, atol=2e-2)

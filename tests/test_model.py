@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from mtx.config import ModelConfig, resolve_model
 from mtx.model import (
+    Dropout,
     SequenceTooLongError,
     Transformer,
     count_parameters,
@@ -185,3 +186,31 @@ def test_repeated_reorders_grow_shrink_and_recycle_buffers() -> None:
         full = torch.cat([history, tail], 1)
         expected = torch.log_softmax(model(src[sentence], src_pad[sentence], full), dim=-1)[:, 4:]
     torch.testing.assert_close(torch.stack(got, dim=1), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_dropout_drops_at_rate_p_and_keeps_the_expectation(p: float) -> None:
+    dropout = Dropout(p).train()
+    x = torch.full((400, 500), 2.0, requires_grad=True)
+    torch.manual_seed(0)
+    y = dropout(x)
+    dropped = (y == 0).float().mean().item()
+    assert abs(dropped - p) < 4 * (p * (1 - p) / x.numel()) ** 0.5  # within 4 standard deviations
+    kept = y[y != 0]
+    torch.testing.assert_close(kept, torch.full_like(kept, 2.0 / (1 - round(p * 65536) / 65536)))
+    torch.testing.assert_close(y.mean(), torch.tensor(2.0), rtol=0.01, atol=0)
+    y.sum().backward()  # the gradient passes exactly where the value did, with the same scale
+    torch.testing.assert_close(x.grad, y.detach() / 2.0)
+
+
+def test_dropout_follows_the_seed_and_is_off_in_eval() -> None:
+    """The trainer's exact resume rests on dropout being a function of torch's seed."""
+    dropout = Dropout(0.1).train()
+    x = torch.randn(3, 7, 16)
+    torch.manual_seed(5)
+    first = dropout(x)
+    torch.manual_seed(5)
+    assert torch.equal(dropout(x), first)
+    assert not torch.equal(dropout(x), first)
+    assert dropout.eval()(x) is x
+    assert Dropout(0.0).train()(x) is x
