@@ -173,10 +173,11 @@ def test_errors_are_clear(tmp_path: Path) -> None:
 def test_a_tiny_model_learns_to_reverse(tmp_path: Path) -> None:
     """Reverse-copy of 2–8 random words: the best checkpoint scores BLEU ≥ 95 on a held-out test set.
 
-    Calibrated on a shared 2-core CPU (one thread): valid BLEU passes 95 at update 800 and wobbles between 94
-    and 100 afterwards at this learning rate, so the best checkpoint (chosen on the valid set) is scored. It
-    is the one of update 1300 (valid BLEU 100) and scores 99.2 on the test set, 4.2 above the bar; the run
-    takes about 2–2.5 minutes (1000 updates took 104 s).
+    Calibrated on a shared 2-core CPU (one thread): valid BLEU passes 95 around update 700 and wobbles between
+    92 and 99.6 afterwards, so the best checkpoint (chosen on the valid set) is scored. With the recipe's seed
+    1 it scores 99.47 on the test set (seeds 2 and 3: 97.74 and 99.20), 2.7–4.5 above the bar, in about two
+    minutes. lr 2e-3 with patience 3, calibrated earlier, stopped early at 93.7 after a change of float
+    rounding alone (the fused loss): too close to the edge to be a test.
     """
     from mtx.checkpoint import load_model
     from mtx.score import corpus_bleu
@@ -186,8 +187,8 @@ def test_a_tiny_model_learns_to_reverse(tmp_path: Path) -> None:
     test_files = write_pairs(tmp_path / "text", "test", 300, seed=3)
     raw["data"]["source"]["files"]["test"] = [str(p) for p in test_files]
     raw["model"].update(layers_enc=2, layers_dec=2, d_model=64, d_ff=256, dropout=0.0, norm="pre")
-    raw["train"].update(max_tokens=1000, lr=2e-3, warmup=200, clip_norm=1.0, max_steps=1300, validate_every=100,
-                        patience=3, log_every=100, save_every=100)
+    raw["train"].update(max_tokens=1000, lr=1e-3, warmup=200, clip_norm=1.0, max_steps=1300, validate_every=100,
+                        patience=5, log_every=100, save_every=100)
     path = write_recipe(tmp_path, raw)
     prepare(load_recipe(path), workers=1, console=Console(file=io.StringIO()))
     started = time.monotonic()
