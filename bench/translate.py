@@ -9,13 +9,18 @@ forces: 31 decoder steps), Marian with min_new_tokens 30 and max_new_tokens 31 w
 31 steps), CTranslate2 with min_decoding_length 30 and max_decoding_length 31 (31 steps; it does not force the
 EOS, so its 31st token is free). Sentences/s and tokens/s (30 per sentence) are printed for:
 
-  mtx fp32 / int8      `mtx.search.search` on token tensors; int8 is `mtx.translate.prepare_model(..., "int8")`
-  marian fp32          `MarianMTModel.generate` (SDPA attention) holding mtx's weights
-  ct2 fp32 / int8      CTranslate2's Translator on that Marian model converted (compute_type float32 / int8)
+  mtx fp32 / int8      `mtx.search.search` on token tensors, the batches spread over the threads as
+                       `mtx translate` spreads them (`mtx.translate.decoding_workers`: two batches at a time
+                       on one thread each); int8 is `mtx.translate.prepare_model(..., "int8")`
+  marian fp32          `MarianMTModel.generate` (SDPA attention) holding mtx's weights, one batch at a time
+  ct2 fp32 / int8      CTranslate2's Translator on that Marian model converted (compute_type float32 / int8),
+                       one batch at a time on both threads (inter_threads 1, intra_threads 2)
+  ct2 … .parallel      the same, two batches at a time on one thread each (inter_threads 2, intra_threads 1)
 
 Before timing: mtx and Marian must give the same log-probabilities (to 1e-4) and the same greedy output;
 the share of CTranslate2's greedy outputs identical to mtx's is printed too. Then the issue's bars: mtx
-beam 4 at least 2× Marian's sentences/s, and within 2× of CTranslate2 float32 (both fp32).
+beam 4 at least 2× Marian's sentences/s, and within 2× of CTranslate2 float32 in the faster of its two
+configurations (both fp32).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from torch import Tensor
 
 from mtx.search import search
 from mtx.tokenizer import BOS, EOS, PAD
-from mtx.translate import prepare_model
+from mtx.translate import decoding_workers, map_in_threads, prepare_model
 
 Batches = list[tuple[Tensor, Tensor]]  # (src, src_pad) per batch
 Decoder = Callable[[int], list[list[int]]]  # beam size → the output tokens of every sentence, in batch order
@@ -106,13 +111,17 @@ def length_sorted_batches(sentences: int, batch: int, vocab: int) -> Batches:
 
 
 def mtx_decoder(model: torch.nn.Module, batches: Batches, args: argparse.Namespace) -> Decoder:
+    """`mtx.search.search` on each batch, the batches spread over the threads as `mtx translate` spreads them."""
+    workers, threads_each = decoding_workers(torch.device("cpu"), args.threads, len(batches))
+
     def decode(beam: int) -> list[list[int]]:
-        outputs = []
-        for src, src_pad in batches:
+        def one_batch(batch: tuple[Tensor, Tensor]) -> list[list[int]]:
+            src, src_pad = batch
             max_len = torch.full((src.shape[0],), args.tokens)
             nbests = search(model, src, src_pad, max_len, beam=beam, lenpen=args.lenpen, min_len=args.tokens)
-            outputs.extend(nbest[0].tokens for nbest in nbests)
-        return outputs
+            return [nbest[0].tokens for nbest in nbests]
+
+        return [tokens for batch in map_in_threads(one_batch, batches, workers, threads_each) for tokens in batch]
 
     return decode
 
@@ -135,9 +144,14 @@ def peer_decoders(model: torch.nn.Module, batches: Batches, args: argparse.Names
 
     path = convert_to_ctranslate2(marian, args.vocab, f"{workdir}/ct2")
     for compute_type in ("float32", "int8"):
+        name = f"ct2.{compute_type.replace('float', 'fp')}"
         translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type, inter_threads=1,
                                             intra_threads=args.threads)
-        decoders[f"ct2.{compute_type.replace('float', 'fp')}"] = ct2_decoder(translator, batches, args)
+        decoders[name] = ct2_decoder(translator, batches, args)
+        # CTranslate2's own way to decode batches side by side: `inter_threads` workers, one thread each.
+        translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
+                                            inter_threads=args.threads, intra_threads=1)
+        decoders[f"{name}.parallel"] = ct2_decoder(translator, batches, args)
     return decoders
 
 
@@ -167,13 +181,13 @@ def ct2_decoder(translator, batches: Batches, args: argparse.Namespace) -> Decod
     sources = [[[strings[i] for i in row if i != PAD] for row in src.tolist()] for src, _ in batches]
 
     def decode(beam: int) -> list[list[int]]:
-        outputs = []
-        for source in sources:
-            results = translator.translate_batch(
-                source, beam_size=beam, length_penalty=args.lenpen, min_decoding_length=args.tokens,
-                max_decoding_length=args.tokens + 1, suppress_sequences=[[strings[PAD]], [strings[BOS]]])
-            outputs.extend([ids[t] for t in r.hypotheses[0][: args.tokens]] for r in results)
-        return outputs
+        # Every batch submitted at once (asynchronously), so that a translator with several workers decodes
+        # several batches at a time; with one worker they run one after the other, as before.
+        pending = [translator.translate_batch(
+            source, beam_size=beam, length_penalty=args.lenpen, min_decoding_length=args.tokens,
+            max_decoding_length=args.tokens + 1, suppress_sequences=[[strings[PAD]], [strings[BOS]]],
+            asynchronous=True) for source in sources]
+        return [[ids[t] for t in r.result().hypotheses[0][: args.tokens]] for batch in pending for r in batch]
 
     return decode
 
@@ -197,9 +211,11 @@ def report_bars(beam: int, rates: dict[str, float]) -> None:
     if "marian.fp32" in rates:
         ratio = rates["mtx.fp32"] / rates["marian.fp32"]
         emit_info("translate.mtx_over_marian", beam=beam, ratio=ratio, bar=HF_OVER_BAR, met=ratio >= HF_OVER_BAR)
-    if "ct2.fp32" in rates:
-        ratio = rates["ct2.fp32"] / rates["mtx.fp32"]
-        emit_info("translate.ct2_over_mtx", beam=beam, ratio=ratio, bar=CT2_WITHIN, met=ratio <= CT2_WITHIN)
+    ct2 = {name: rate for name, rate in rates.items() if name.startswith("ct2.fp32")}
+    if ct2:
+        best = max(ct2, key=ct2.get)  # CTranslate2 in its faster way of using the threads
+        ratio = ct2[best] / rates["mtx.fp32"]
+        emit_info("translate.ct2_over_mtx", beam=beam, ct2=best, ratio=ratio, bar=CT2_WITHIN, met=ratio <= CT2_WITHIN)
 
 
 if __name__ == "__main__":

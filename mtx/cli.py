@@ -235,7 +235,9 @@ def translate(
         typer.Option(metavar="auto|fp32|bf16|fp16|int8", help="auto: fp32 on CPU, bf16 (else fp16) on GPU; "
                      "int8: dynamically quantized linear layers, CPU only."),
     ] = "auto",
-    threads: Annotated[int | None, typer.Option(help="CPU threads for PyTorch [default: PyTorch's].")] = None,
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads [default: PyTorch's, one per core]. On a CPU, up to this many batches are decoded "
+             "side by side on one thread each.")] = None,
     errors: Annotated[
         str, typer.Option(metavar="strict|replace", help="Invalid UTF-8 input: stop with the line number, or U+FFFD.")
     ] = "strict",

@@ -12,7 +12,7 @@ import torch
 
 from mtx.config import ModelConfig, resolve_model
 from mtx.model import Transformer
-from mtx.search import beam_search, greedy_search, length_penalty, search
+from mtx.search import beam_search, greedy_search, length_penalty, search, top_candidates
 from mtx.tokenizer import EOS, PAD
 
 A, B, C = 3, 4, 5  # three ordinary tokens after PAD, BOS, EOS, UNK
@@ -232,3 +232,20 @@ def test_beam_one_is_greedy_on_a_transformer() -> None:
     beam = beam_search(model, *padded(rows), max_len, beam=1, lenpen=0.6)
     assert [[h.tokens for h in n] for n in beam] == [[h.tokens for h in n] for n in greedy]
     assert [n[0].score for n in beam] == pytest.approx([n[0].score for n in greedy], abs=1e-5)
+
+
+@pytest.mark.parametrize(("beam", "vocab"), [(1, 9), (4, 50), (5, 7)])
+def test_top_candidates_equal_the_best_of_all_extensions(beam: int, vocab: int) -> None:
+    """Per-beam preselection changes the work, not the answer: the 2K best of all K · V extensions, including
+    the first step's beams that may not extend yet (score -inf) and vocabularies smaller than 2K."""
+    g = torch.Generator().manual_seed(beam)
+    sentences = 6
+    beam_scores = -torch.rand(sentences, beam, generator=g) * 5
+    beam_scores[:2, 1:] = -torch.inf
+    log_probs = torch.log_softmax(torch.randn(sentences * beam, vocab, generator=g), dim=-1)
+    scores, parent, token = top_candidates(beam_scores, log_probs, beam)
+    every = (beam_scores.unsqueeze(2) + log_probs.view(sentences, beam, vocab)).view(sentences, -1)
+    expected, flat = every.topk(min(2 * beam, beam * vocab), dim=1)
+    torch.testing.assert_close(scores, expected)
+    finite = expected.isfinite()
+    assert torch.equal(parent[finite], (flat // vocab)[finite]) and torch.equal(token[finite], (flat % vocab)[finite])

@@ -21,7 +21,15 @@ from mtx.config import ModelConfig, resolve_model
 from mtx.errors import MtxError
 from mtx.model import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
-from mtx.translate import plan_batches, prepare_model, read_ahead, translate_sentences
+from mtx.translate import (
+    Translator,
+    decoding_workers,
+    map_in_threads,
+    plan_batches,
+    prepare_model,
+    read_ahead,
+    translate_sentences,
+)
 
 WORDS = ["red", "green", "blue", "cat", "dog", "bird", "one", "two", "three", "house", "tree", "river"]
 MAX_POSITIONS = 64
@@ -240,3 +248,48 @@ def test_read_ahead_windows_are_bounded_and_errors_come_last() -> None:
             assert 1 <= len(window) <= 4
             got.extend(window)
     assert got == [str(i) for i in range(10)]
+
+
+def test_decoding_workers_spread_batches_over_cpu_threads() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert decoding_workers(cpu, 2, 9) == (2, 1)  # two batches at a time, one thread each
+    assert decoding_workers(cpu, 2, 1) == (1, 2)  # a lone batch gets both threads
+    assert decoding_workers(cpu, 4, 3) == (3, 1)
+    assert decoding_workers(cpu, 32, 100) == (8, 4)  # at most MAX_WORKERS batches at a time
+    assert decoding_workers(cuda, 8, 100) == (1, 8)
+
+
+def test_map_in_threads_keeps_order_restores_threads_and_raises() -> None:
+    before = torch.get_num_threads()
+    seen_threads = []
+
+    def work(i: int) -> int:
+        seen_threads.append(torch.get_num_threads())
+        return i * i
+
+    assert map_in_threads(work, list(range(20)), workers=3, threads_each=1) == [i * i for i in range(20)]
+    assert set(seen_threads) == {1} and torch.get_num_threads() == before
+
+    def fail(i: int) -> int:
+        raise ValueError(f"item {i}")
+
+    with pytest.raises(ValueError, match="item"):
+        map_in_threads(fail, [1, 2, 3], workers=2, threads_each=1)
+    assert torch.get_num_threads() == before
+
+
+def test_batches_decoded_side_by_side_equal_one_at_a_time(trained: dict) -> None:
+    """Several workers (small batches, two threads) give the strings and scores of one batch at a time."""
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            translator = Translator(trained["model"].eval(), trained["tokenizer"], batch_tokens=40)
+            results.append(translator.translate(trained["held_out"]))
+    finally:
+        torch.set_num_threads(before)
+    one_at_a_time, side_by_side = results
+    assert [n[0][0] for n in side_by_side] == [n[0][0] for n in one_at_a_time] == trained["held_out"]
+    for a, b in zip(side_by_side, one_at_a_time, strict=True):
+        assert abs(a[0][1] - b[0][1]) < 1e-4
