@@ -82,6 +82,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         systems.update(peer_decoders(model, batches, args, workdir))
         check_outputs(systems)
+        if torch.get_num_threads() != args.threads:
+            raise RuntimeError(f"PyTorch runs on {torch.get_num_threads()} threads, not {args.threads}")
         config = {"preset": args.preset, "vocab": args.vocab, "sentences": args.sentences, "batch": args.batch,
                   "tokens_per_sentence": args.tokens, "lengths": "15-35", "threads": args.threads, "device": "cpu"}
         for beam in (int(b) for b in args.beams.split(",")):
@@ -152,6 +154,9 @@ def peer_decoders(model: torch.nn.Module, batches: Batches, args: argparse.Names
         translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
                                             inter_threads=args.threads, intra_threads=1)
         decoders[f"{name}.parallel"] = ct2_decoder(translator, batches, args)
+    # A Translator's constructor sets OpenMP's thread count for the whole process to its intra_threads (1 for
+    # the parallel ones), which would leave Marian, running on PyTorch's count, on one thread.
+    set_threads(args.threads)
     return decoders
 
 

@@ -62,13 +62,10 @@ def constrain(log_probs: Tensor, step: int, min_len: int, max_len: Tensor) -> Te
     return log_probs
 
 
-def _start(model, src: Tensor, src_pad: Tensor, max_len: Tensor, rows_per_sentence: int):
+def _start(model, src: Tensor, src_pad: Tensor, max_len: Tensor):
     """Encode the batch and make a decoder state with room for the longest output plus its EOS."""
     memory = model.encode(src, src_pad)
-    state = model.init_state(memory, src_pad, max_len=int(max_len.max()) + 1)
-    if rows_per_sentence > 1:
-        state = state.reorder(torch.arange(src.shape[0], device=src.device).repeat_interleave(rows_per_sentence))
-    return state
+    return model.init_state(memory, src_pad, max_len=int(max_len.max()) + 1)
 
 
 @torch.inference_mode()
@@ -80,7 +77,7 @@ def greedy_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, min_l
     Returns for each sentence a one-element n-best list, scored as beam search scores it.
     """
     batch = src.shape[0]
-    state = _start(model, src, src_pad, max_len, rows_per_sentence=1)
+    state = _start(model, src, src_pad, max_len)
     sentence = torch.arange(batch, device=src.device)  # which input sentence each row decodes
     row_max_len = max_len.to(src.device)
     tokens = src.new_zeros(batch, int(max_len.max()) + 1)
@@ -194,22 +191,27 @@ def beam_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: i
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
     batch, device = src.shape[0], src.device
-    state = _start(model, src, src_pad, max_len, rows_per_sentence=beam)
+    # Every beam of a sentence starts as the same empty hypothesis, so the first step is computed once per
+    # sentence and then copied to its beams.
+    state = _start(model, src, src_pad, max_len)
+    log_probs, state = model.decode_step(src.new_full((batch,), BOS), state)
+    to_beams = torch.arange(batch, device=device).repeat_interleave(beam)
+    log_probs, state = log_probs[to_beams], state.reorder(to_beams)
     sentence = torch.arange(batch, device=device)  # which input sentence each open sentence is
     max_len = max_len.to(device)
-    # Every beam of a sentence starts as the same empty hypothesis; only the first may extend, or the first
-    # step would fill the beam with K copies of the same best token.
+    # Only the first of a sentence's identical beams may extend, or the first step would fill the beam with K
+    # copies of the same best token.
     beam_scores = torch.full((batch, beam), -torch.inf, device=device)
     beam_scores[:, 0] = 0.0
     tokens = src.new_zeros(batch * beam, int(max_len.max()) + 1)
-    prev = src.new_full((batch * beam,), BOS)
     finished = [Finished(nbest) for _ in range(batch)]
     # Per open sentence, kept in step with `finished`, so the completeness test of every step is a tensor
     # comparison rather than a loop over the sentences.
     ended_count = torch.zeros(batch, dtype=torch.long, device=device)
     worst_kept = torch.full((batch,), -torch.inf, device=device)
     for step in range(tokens.shape[1]):
-        log_probs, state = model.decode_step(prev, state)
+        if step > 0:
+            log_probs, state = model.decode_step(tokens[:, step - 1], state)
         constrain(log_probs, step, min_len, max_len.repeat_interleave(beam))
         scores, parent, token = top_candidates(beam_scores, log_probs, beam)
         parent_row = parent + torch.arange(0, len(sentence) * beam, beam, device=device).unsqueeze(1)
@@ -235,8 +237,7 @@ def beam_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: i
         rows = parent_row.flatten()
         state = state.reorder(rows, cross=cross)
         tokens = tokens[rows]
-        prev = token.flatten()
-        tokens[:, step] = prev
+        tokens[:, step] = token.flatten()
     return [f.best for f in finished]
 
 
