@@ -145,15 +145,14 @@ def peer_decoders(model: torch.nn.Module, batches: Batches, args: argparse.Names
     import ctranslate2
 
     path = convert_to_ctranslate2(marian, args.vocab, f"{workdir}/ct2")
+    # One batch at a time on all the threads, and CTranslate2's own way to decode batches side by side:
+    # `inter_threads` workers, one thread each.
+    layouts = {"": (1, args.threads), ".parallel": (args.threads, 1)}
     for compute_type in ("float32", "int8"):
-        name = f"ct2.{compute_type.replace('float', 'fp')}"
-        translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type, inter_threads=1,
-                                            intra_threads=args.threads)
-        decoders[name] = ct2_decoder(translator, batches, args)
-        # CTranslate2's own way to decode batches side by side: `inter_threads` workers, one thread each.
-        translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
-                                            inter_threads=args.threads, intra_threads=1)
-        decoders[f"{name}.parallel"] = ct2_decoder(translator, batches, args)
+        for suffix, (inter, intra) in layouts.items():
+            translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type, inter_threads=inter,
+                                                intra_threads=intra)
+            decoders[f"ct2.{compute_type.replace('float', 'fp')}{suffix}"] = ct2_decoder(translator, batches, args)
     # A Translator's constructor sets OpenMP's thread count for the whole process to its intra_threads (1 for
     # the parallel ones), which would leave Marian, running on PyTorch's count, on one thread.
     set_threads(args.threads)
