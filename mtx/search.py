@@ -99,7 +99,7 @@ def greedy_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, min_l
         keep = (~ended).nonzero().squeeze(1)
         if keep.numel() == 0:
             break
-        state = state.reorder(keep)
+        state = state.reorder(keep, keep)
         sentence, row_max_len, tokens, log_prob, prev = (
             t[keep] for t in (sentence, row_max_len, tokens, log_prob, prev)
         )
@@ -192,7 +192,7 @@ def beam_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: i
         raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
     batch, device = src.shape[0], src.device
     # Every beam of a sentence starts as the same empty hypothesis, so the first step is computed once per
-    # sentence and then copied to its beams.
+    # sentence and then copied to its beams (the state's rows; the sentence's cross-attention cache is shared).
     state = _start(model, src, src_pad, max_len)
     log_probs, state = model.decode_step(src.new_full((batch,), BOS), state)
     to_beams = torch.arange(batch, device=device).repeat_interleave(beam)
@@ -228,14 +228,14 @@ def beam_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: i
 
         if bool(complete.all()):
             break
-        cross = bool(complete.any())  # sentences leave: their cross-attention rows must go too
-        if cross:
+        keep = None  # the sentences that go on, when some leave
+        if bool(complete.any()):
             keep = (~complete).nonzero().squeeze(1)
             sentence, max_len, ended_count, worst_kept, beam_scores, parent_row, token = (
                 t[keep] for t in (sentence, max_len, ended_count, worst_kept, beam_scores, parent_row, token)
             )
         rows = parent_row.flatten()
-        state = state.reorder(rows, cross=cross)
+        state = state.reorder(rows, keep)
         tokens = tokens[rows]
         tokens[:, step] = token.flatten()
     return [f.best for f in finished]

@@ -11,7 +11,7 @@ from mtx.model import (
     Transformer,
     count_parameters,
     count_parameters_for,
-    single_query_attention,
+    explicit_attention,
 )
 
 VOCAB = 50
@@ -63,33 +63,46 @@ def test_decode_step_reproduces_forward(norm: str) -> None:
     torch.testing.assert_close(torch.stack(steps, dim=1), expected, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("cross", [True, False])
-def test_decode_step_after_reorder(cross: bool) -> None:
-    """Reordering the state mid-sequence is the same as having decoded the reordered batch from the start."""
+@pytest.mark.parametrize("beams", [1, 3])
+def test_decode_step_after_reorder(beams: int) -> None:
+    """Reordering the state mid-sequence is the same as having decoded the reordered batch from the start:
+    sentences reordered and repeated (one row each), or rows moved among the beams of one sentence."""
     model = tiny_model()
-    src, src_pad = batch(lengths=(5, 5, 5)) if not cross else batch()
-    if not cross:  # rows that share one source, as the beams of a sentence do
-        src, src_pad = src[:1].expand(3, -1), src_pad[:1].expand(3, -1)
+    src, src_pad = batch() if beams == 1 else batch(lengths=(5,))
     tgt_in = torch.randint(4, VOCAB, (3, 6), generator=torch.Generator().manual_seed(3))
     idx = torch.tensor([2, 0, 0])
     with torch.no_grad():
         state = model.init_state(model.encode(src, src_pad), src_pad, max_len=8)
+        if beams > 1:
+            state = state.reorder(torch.zeros(beams, dtype=torch.long))  # the sentence's row becomes its beams
         for t in range(3):
             model.decode_step(tgt_in[:, t], state)
-        state = state.reorder(idx, cross=cross)
+        state = state.reorder(idx, idx if beams == 1 else None)
         got = [model.decode_step(tgt_in[idx, t], state)[0] for t in range(3, 6)]
+        src, src_pad = (src, src_pad) if beams == 1 else (src.expand(3, -1), src_pad.expand(3, -1))
         expected = torch.log_softmax(model(src[idx], src_pad[idx], tgt_in[idx]), dim=-1)[:, 3:]
     torch.testing.assert_close(torch.stack(got, dim=1), expected, atol=1e-5, rtol=0)
 
 
-def test_single_query_attention_equals_sdpa() -> None:
-    """The explicit attention of one-query decoding steps on the CPU computes what SDPA computes."""
+def test_reorder_refuses_rows_that_do_not_group_by_sentence() -> None:
+    model = tiny_model()
+    src, src_pad = batch(lengths=(6, 3))
+    with torch.no_grad():
+        state = model.init_state(model.encode(src, src_pad), src_pad, max_len=4)
+    with pytest.raises(ValueError, match="grouped evenly"):
+        state.reorder(torch.tensor([0, 0, 1]))
+
+
+@pytest.mark.parametrize("queries", [1, 4])
+def test_explicit_attention_equals_sdpa(queries: int) -> None:
+    """The explicit attention of decoding steps on the CPU computes what SDPA computes, for one query per row
+    (self-attention) or a few (a sentence's beams in cross-attention)."""
     g = torch.Generator().manual_seed(9)
-    q, k, v = (torch.randn(3, 4, length, 8, generator=g) for length in (1, 6, 6))
+    q, k, v = (torch.randn(3, 4, length, 8, generator=g) for length in (queries, 6, 6))
     may_attend = torch.ones(3, 1, 1, 6, dtype=torch.bool)
     may_attend[1, ..., 4:] = False
     for mask in (None, may_attend):
-        torch.testing.assert_close(single_query_attention(q, k, v, mask),
+        torch.testing.assert_close(explicit_attention(q, k, v, mask),
                                    F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
 
 
@@ -177,10 +190,10 @@ def test_repeated_reorders_grow_shrink_and_recycle_buffers() -> None:
             token = torch.randint(4, VOCAB, (4,), generator=g)
             model.decode_step(token, state)
             idx = torch.tensor(idx)
-            state = state.reorder(idx, cross=False)
+            state = state.reorder(idx)  # among the beams of each sentence
             history, sentence = torch.cat([history, token[:, None]], 1)[idx], sentence[idx]
         keep = torch.tensor([0, 3])  # shrink: one beam of each sentence goes on
-        state, history, sentence = state.reorder(keep), history[keep], sentence[keep]
+        state, history, sentence = state.reorder(keep, torch.tensor([0, 1])), history[keep], sentence[keep]
         tail = torch.randint(4, VOCAB, (2, 3), generator=g)
         got = [model.decode_step(tail[:, t], state)[0] for t in range(3)]
         full = torch.cat([history, tail], 1)

@@ -35,15 +35,19 @@ TABLE: dict[tuple[int, ...], dict[int, float]] = {
 
 @dataclass
 class ScriptedState:
-    """What the scripted model remembers: each row's sentence and prefix. Like the real cache, `cross=False`
-    leaves the per-sentence part (here: which sentence a row belongs to) where it was."""
+    """What the scripted model remembers: each sentence's source, each row's prefix. Like the real cache, it
+    keeps the rows grouped by sentence and reorders the sentences only when told which ones stay."""
 
-    sentence: torch.Tensor  # (N,)
-    prefix: torch.Tensor  # (N, step)
+    sentence: torch.Tensor  # (B,) the source's first token, per sentence
+    prefix: torch.Tensor  # (N, step), N a multiple of B
     step: int = 0
 
-    def reorder(self, idx: torch.Tensor, cross: bool = True) -> ScriptedState:
-        return ScriptedState(self.sentence[idx] if cross else self.sentence, self.prefix[idx], self.step)
+    def reorder(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> ScriptedState:
+        return ScriptedState(self.sentence if sentences is None else self.sentence[sentences], self.prefix[rows],
+                             self.step)
+
+    def row_sentences(self) -> list[int]:
+        return self.sentence.repeat_interleave(len(self.prefix) // len(self.sentence)).tolist()
 
 
 class ScriptedModel:
@@ -64,7 +68,7 @@ class ScriptedModel:
         state.prefix = torch.cat([state.prefix, prev.unsqueeze(1)], dim=1) if state.step else state.prefix
         state.step += 1
         log_probs = torch.full((len(prev), VOCAB), -torch.inf)
-        for row, (sentence, prefix) in enumerate(zip(state.sentence.tolist(), state.prefix.tolist(), strict=True)):
+        for row, (sentence, prefix) in enumerate(zip(state.row_sentences(), state.prefix.tolist(), strict=True)):
             for token, p in self.distribution(sentence, tuple(prefix)).items():
                 log_probs[row, token] = math.log(p)
         return log_probs, state
