@@ -12,7 +12,7 @@ import torch
 
 from mtx.config import ModelConfig, resolve_model
 from mtx.model import Transformer
-from mtx.search import beam_search, greedy_search, length_penalty, search, top_candidates
+from mtx.search import beam_search, greedy_search, length_penalty, row_topk, search, top_candidates
 from mtx.tokenizer import EOS, PAD
 
 A, B, C = 3, 4, 5  # three ordinary tokens after PAD, BOS, EOS, UNK
@@ -253,3 +253,20 @@ def test_top_candidates_equal_the_best_of_all_extensions(beam: int, vocab: int) 
     torch.testing.assert_close(scores, expected)
     finite = expected.isfinite()
     assert torch.equal(parent[finite], (flat // vocab)[finite]) and torch.equal(token[finite], (flat % vocab)[finite])
+
+
+@pytest.mark.parametrize(("columns", "k"), [(8000, 8), (8003, 8), (37_000, 10), (600, 8), (70, 3)])
+def test_row_topk_equals_topk(columns: int, k: int) -> None:
+    """Top-k by blocks gives topk's values, and columns holding them, including rows with few finite values,
+    ties, a last partial block, and rows too short for blocks."""
+    g = torch.Generator().manual_seed(columns)
+    values = torch.log_softmax(torch.randn(40, columns, generator=g) * 3, dim=-1)
+    values[:, :3] = -torch.inf  # what `constrain` forbids
+    values[1, 5:] = -torch.inf  # a row with two finite values (the length cap leaves one)
+    values[2, -2:] = 1.0  # the best two in the last, partial block
+    values[3] = values[3].round()  # many ties
+    top, column = row_topk(values, k)
+    expected = values.topk(k, dim=1).values
+    assert torch.equal(top, expected)
+    assert torch.equal(values.gather(1, column), top)
+    assert all(len(set(row)) == k for row in column.tolist())  # k distinct columns
