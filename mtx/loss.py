@@ -39,10 +39,15 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: 
     n_tokens = keep.sum()
     if epsilon == 0.0:
         return nll_sum, nll_sum.detach(), n_tokens
-    eps_other = epsilon / (lprobs.shape[-1] - 1)
     smooth_sum = (-lprobs.sum(dim=-1) * keep).sum()
-    loss_sum = (1.0 - epsilon - eps_other) * nll_sum + eps_other * smooth_sum
-    return loss_sum, nll_sum.detach(), n_tokens
+    return _smoothed(nll_sum, smooth_sum, epsilon, lprobs.shape[-1]), nll_sum.detach(), n_tokens
+
+
+def _smoothed(nll_sum: Tensor, smooth_sum: Tensor, epsilon: float, vocab: int) -> Tensor:
+    """The label-smoothed loss from its two sums over tokens, −log p(reference) and Σ_v −log p(v): the
+    reference has weight 1 − ε and every other type ε / (V − 1), and the second sum counts the reference too."""
+    other = epsilon / (vocab - 1)
+    return (1.0 - epsilon - other) * nll_sum + other * smooth_sum
 
 
 def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float,
@@ -125,7 +130,7 @@ class _ProjectedSmoothedLoss(torch.autograd.Function):
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         ctx.mark_non_differentiable(nll_sum)
-        return (1.0 - epsilon - other) * nll_sum + other * all_sum, nll_sum
+        return _smoothed(nll_sum, all_sum, epsilon, vocab), nll_sum
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):

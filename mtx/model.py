@@ -133,8 +133,9 @@ class MultiHeadAttention(nn.Module):
         Decoding asks for a handful of queries per row: one in a step's self-attention, one per beam in its
         cross-attention (`DecoderLayer.step`). There SDPA's CPU kernel, built for blocks of queries, costs up to
         1.3–1.8× the explicit two matmuls and softmax (0.72 against 0.53 ms per call for the 128 rows of beam 4
-        over 32 sentences, small model, two cores), so on a CPU up to `FEW_QUERIES` of them are computed
-        explicitly. Everywhere else (training, the encoder, any GPU, whose SDPA kernels are the fast path) SDPA it is.
+        over 32 sentences, small model, two cores), so on a CPU up to `FEW_QUERIES` of them per row are computed
+        explicitly (short sources in the encoder too). Everywhere else (training with its dropout and causal
+        masks, longer sequences, any GPU, whose SDPA kernels are the fast path) SDPA it is.
         """
         dropout = self.attn_dropout if self.training else 0.0
         if q.shape[2] <= FEW_QUERIES and q.device.type == "cpu" and dropout == 0.0 and not causal:
@@ -286,13 +287,13 @@ class DecoderState:
         sentence with the same number of consecutive rows, in the order of `sentences`. Only the rows' own
         cache is copied; a sentence's cross-attention cache is never duplicated for its beams.
         """
-        kept = self.cross_kv.shape[2] if sentences is None else sentences.numel()
-        if rows.numel() % kept:
-            raise ValueError(f"{rows.numel()} rows cannot be grouped evenly into {kept} sentences")
-        if self.spare is not None and self.spare.shape[2] >= rows.numel():
-            target = self.spare[:, :, : rows.numel()]
+        count, kept = rows.numel(), self.cross_kv.shape[2] if sentences is None else sentences.numel()
+        if count % kept:
+            raise ValueError(f"{count} rows cannot be grouped evenly into {kept} sentences")
+        if self.spare is not None and self.spare.shape[2] >= count:
+            target = self.spare[:, :, :count]
         else:
-            target = self.self_kv.new_empty(self.self_kv.shape[:2] + (rows.numel(),) + self.self_kv.shape[3:])
+            target = self.self_kv.new_empty(self.self_kv.shape[:2] + (count,) + self.self_kv.shape[3:])
         filled = (slice(None),) * 4 + (slice(0, self.step),)
         torch.index_select(self.self_kv[filled], 2, rows, out=target[filled])
         if sentences is None:

@@ -108,9 +108,9 @@ def greedy_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, min_l
 
 def row_topk(values: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
     """`values.topk(k, dim=1)` for rows far longer than k: each row's k largest values, largest first, and
-    their columns. On a CPU, `topk` copies and partially sorts each whole row; this takes a quarter of its
-    time (beam 4 over 32 sentences and 8,000 types, one thread: 0.7–0.8 against 2.9 ms a step). A GPU's
-    `topk` is a radix select that reads each row once, so there it is left to do the work alone.
+    their columns. On a CPU, `topk` copies and partially sorts each whole row; this takes a quarter to a
+    half of its time (beam 4 over 32 sentences and 8,000 types, one thread: 0.7–1.3 against 2.2–2.9 ms a
+    step). A GPU's `topk` is a radix select that reads each row once, so there it is left to work alone.
 
     A row's k largest values lie in the k blocks of `block` consecutive columns whose maxima are largest: a
     value outside them is at most the k-th largest block maximum, and each of those k blocks holds a value at
