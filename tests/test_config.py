@@ -1,5 +1,6 @@
 """Recipes: every shipped recipe validates, and every kind of mistake gets a message naming its key."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,21 @@ def test_shipped_recipes_match_the_paper() -> None:
     for recipe in (de_base, de_big, fr_big):
         assert (recipe.decode.beam, recipe.decode.lenpen, recipe.decode.max_len_b) == (4, 0.6, 50)
         assert recipe.train.warmup == 4000 and recipe.train.label_smoothing == 0.1
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_header_commands_name_their_own_recipe_and_run_folder(path: Path) -> None:
+    """A user copies the commands in a recipe's header: each must name that recipe and its run folder, or a
+    copied command trains another model (or pair) for days."""
+    commands = [line.lstrip("#").strip() for line in path.read_text(encoding="utf-8").splitlines()
+                if line.startswith("#") and " mtx " in f" {line.lstrip('#').strip()}"]
+    run = load_recipe(path).run_path.as_posix()
+    assert any(c.startswith("mtx prepare ") for c in commands) and any(" mtx train " in f" {c}" for c in commands)
+    for command in commands:
+        for named in re.findall(r"recipes/\S+\.yaml", command):
+            assert named == f"recipes/{path.name}", command
+        for folder in re.findall(r"runs/[^/\s]+", command):
+            assert folder == run, command
+        if command.startswith(("mtx prepare", "torchrun", "mtx train")) or " mtx train " in command:
+            assert f"recipes/{path.name}" in command, command
+    assert sum(run in c for c in commands) >= 3, "average, translate and score name the run folder"
