@@ -9,11 +9,16 @@ The pipeline streams, so memory stays flat from the 10k-pair demo to WMT14 En-Fr
 3. learn   — a joint byte-level BPE on an evenly spaced sample of the kept training text (mtx.tokenizer).
 4. encode  — the fast batch encoder in worker processes; each split side becomes a flat token array
              (`{split}.{side}.tokens`, uint16 when the vocabulary fits) and int64 offsets
-             (`{split}.{side}.offsets`, one more than pairs), both read back with np.memmap.
+             (`{split}.{side}.offsets`, one more than pairs), both read back with np.memmap. Training pairs
+             with a side longer than the model's `max_positions` in BPE tokens (EOS included) are dropped
+             here (fairseq's size filter), since the trainer cannot hold them; only here are the BPE lengths
+             known, so the BPE learnt in step 3 may still have seen those pairs. Valid/test are never filtered.
 
 Everything is written under `data.partial/` and renamed to `data/` at the very end, so an interrupted run
-leaves nothing a later run would trust. `manifest.json` fingerprints the recipe's data section and the input
-files, and re-running with both unchanged is a no-op.
+leaves nothing a later run would trust. `manifest.json` fingerprints the recipe's data section, the model's
+`max_positions` and the input files, and re-running with all unchanged is a no-op. The reader checks each
+split's file sizes and end offsets against the manifest before use (a few bytes read, never a whole file), so
+a copy cut short is an error that says to prepare again, not a silent run on empty sentences.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from contextlib import ExitStack, contextmanager
 from functools import cached_property
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from rich.console import Console
@@ -39,13 +44,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from mtx import __version__
-from mtx.config import DataConfig, FilterConfig, Recipe
+from mtx.config import DataConfig, FilterConfig, Recipe, resolve_model
 from mtx.errors import MtxError
 from mtx.sources import CHUNK_PAIRS, RawPair, SplitStream, input_files, open_source
 from mtx.tokenizer import Tokenizer, normalize_text
 
 FORMAT = 1  # bump when the files' layout changes, so older data is prepared again
-FILTERS = ("invalid_utf8", "malformed", "empty", "length", "ratio", "duplicate")  # in the order applied
+FILTERS = ("invalid_utf8", "malformed", "empty", "length", "ratio", "duplicate", "max_positions")  # in order
 SIDES = ("src", "tgt")
 
 
@@ -110,25 +115,68 @@ def load_manifest(data_dir: Path) -> dict[str, Any]:
 
 
 def load_split(data_dir: Path, split: str) -> TokenSplit:
+    """A prepared split, once its files are checked against the manifest (see `_check_split_files`)."""
     manifest = load_manifest(data_dir)
     if split not in manifest["splits"]:
         raise MtxError(
             f"{data_dir} has no {split} split (it has: {', '.join(manifest['splits'])}): add one to the "
             "recipe's data.source and run `mtx prepare RECIPE` again."
         )
+    _check_split_files(Path(data_dir), split, manifest)
     return TokenSplit(Path(data_dir), split, manifest["token_dtype"])
+
+
+def _check_split_files(data_dir: Path, split: str, manifest: dict[str, Any]) -> None:
+    """Raise MtxError unless each side's files agree with each other and with the manifest.
+
+    A file cut short (an interrupted copy, a full disk) would otherwise map without complaint and yield empty
+    or wrong sentences. Only sizes and the first and last offsets are read, so the check is instant on any
+    corpus: offsets hold pairs + 1 int64 values, start at 0 and end at the token count, and the tokens file
+    holds exactly that many tokens.
+    """
+    pairs, itemsize = manifest["splits"][split]["pairs"], np.dtype(manifest["token_dtype"]).itemsize
+    for side in SIDES:
+        tokens, offsets = data_dir / f"{split}.{side}.tokens", data_dir / f"{split}.{side}.offsets"
+        for path in (tokens, offsets):
+            if not path.is_file():
+                _damaged(path, "is missing")
+        expected_tokens = manifest["splits"][split][f"{side}_tokens"]
+        size = offsets.stat().st_size
+        if size != (pairs + 1) * 8:
+            _damaged(offsets, f"is {size:,} bytes, but manifest.json's {pairs:,} {split} pairs need "
+                              f"{(pairs + 1) * 8:,} ({pairs + 1:,} offsets of 8 bytes)")
+        ends = np.memmap(offsets, dtype=np.int64, mode="r")  # only the two pages read below are loaded
+        first, last = int(ends[0]), int(ends[-1])
+        if first != 0 or last != expected_tokens:
+            _damaged(offsets, f"runs from token {first:,} to {last:,}, but it should run from 0 to "
+                              f"manifest.json's {expected_tokens:,} {side} tokens")
+        size = tokens.stat().st_size
+        if size != expected_tokens * itemsize:
+            _damaged(tokens, f"is {size:,} bytes, but its {expected_tokens:,} tokens of {itemsize} bytes need "
+                             f"{expected_tokens * itemsize:,}")
+
+
+def _damaged(path: Path, found: str) -> NoReturn:
+    raise MtxError(
+        f"The prepared data is damaged: {path} {found}. Run `mtx prepare RECIPE` again: it rebuilds the damaged "
+        "data."
+    )
 
 
 # ---------------------------------------------------------------------------------------------- prepare
 
 
 def prepare(recipe: Recipe, workers: int | None = None, console: Console | None = None) -> dict[str, Any]:
-    """Build (or reuse) `recipe.run_path / "data"` and return its manifest."""
+    """Build (or reuse) `recipe.run_path / "data"` and return its manifest.
+
+    Besides the data section, only `model.max_positions` matters here: training pairs the model cannot hold
+    are dropped, so that one long line (an unspaced string, a script BPE splits finely) cannot stop training.
+    """
     console = console or Console(stderr=True)
     workers = workers or _available_cores()
-    data = recipe.data
+    data, max_positions = recipe.data, resolve_model(recipe.model).max_positions
     data_dir, partial = recipe.run_path / "data", recipe.run_path / "data.partial"
-    fingerprint = _fingerprint(data)
+    fingerprint = _fingerprint(data, max_positions)
     if _up_to_date(data_dir, fingerprint):
         console.print(f"{data_dir} is up to date (same data recipe and input files): nothing to do.")
         return load_manifest(data_dir)
@@ -140,7 +188,7 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     (partial / "work").mkdir(parents=True)
     try:
         with _progress(console) as progress:
-            manifest = _build(data, streams, partial, workers, progress)
+            manifest = _build(data, max_positions, streams, partial, workers, progress)
         manifest.update(fingerprint, seconds=round(time.monotonic() - started, 1))
         shutil.rmtree(partial / "work")
         _write_json(partial / "manifest.json", manifest)
@@ -151,7 +199,7 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     return manifest
 
 
-def _build(data: DataConfig, streams: dict[str, SplitStream], out: Path, workers: int,
+def _build(data: DataConfig, max_positions: int, streams: dict[str, SplitStream], out: Path, workers: int,
            progress: Progress) -> dict[str, Any]:
     texts: dict[str, tuple[Path, Path]] = {}
     for split in streams:
@@ -189,10 +237,20 @@ def _build(data: DataConfig, streams: dict[str, SplitStream], out: Path, workers
     dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
     splits = {}
     with _pool(workers, (_init_encoder, (tokenizer.to_str(),))) as pool:
-        for split in streams:
-            mask = keep if split == "train" else None
-            splits[split] = _encode_split(split, texts[split], mask, read[split], dtype, out, pool, workers,
-                                          progress)
+        for split in streams:  # train first
+            train = split == "train"
+            splits[split], dropped = _encode_split(split, texts[split], keep if train else None, read[split],
+                                                   max_positions if train else None, dtype, out, pool, workers,
+                                                   progress)
+            if train:
+                counts["max_positions"], kept = dropped, splits[split]["pairs"]
+                if kept == 0:
+                    raise MtxError(
+                        f"No training pairs are left after filtering {streams['train'].origin}: "
+                        f"{_describe_drops(counts)}. Every pair the other filters kept has a side longer than "
+                        f"model.max_positions = {max_positions} BPE tokens (EOS included): raise "
+                        "model.max_positions, or check the files."
+                    )
             if split in replaced:
                 splits[split]["invalid_utf8_replaced"] = replaced[split]
 
@@ -212,7 +270,7 @@ def _build(data: DataConfig, streams: dict[str, SplitStream], out: Path, workers
         "bpe": {"vocab_size_requested": data.bpe.vocab_size, "min_frequency": data.bpe.min_frequency,
                 "sampled_pairs": sample},
         "filter": {"read": counts["read"], "dropped": {n: counts[n] for n in FILTERS},
-                   "remaining": remaining, "kept": kept},
+                   "remaining": remaining, "kept": kept, "max_positions": max_positions},
         "splits": splits,
     }
 
@@ -325,9 +383,15 @@ def _read_pairs(texts: tuple[Path, Path]) -> Iterator[tuple[str, str]]:
             yield s.rstrip("\n"), t.rstrip("\n")
 
 
-def _encode_split(split: str, texts: tuple[Path, Path], keep: np.ndarray | None, pairs: int, dtype: str,
-                  out: Path, pool: Executor | None, workers: int, progress: Progress) -> dict[str, int]:
+def _encode_split(split: str, texts: tuple[Path, Path], keep: np.ndarray | None, pairs: int,
+                  max_positions: int | None, dtype: str, out: Path, pool: Executor | None, workers: int,
+                  progress: Progress) -> tuple[dict[str, int], int]:
+    """Encode a split's kept pairs into its token and offset files; (its counts, pairs dropped as too long).
+
+    With `max_positions` (training data only) a pair with a side longer than that, EOS included, is dropped.
+    """
     task = progress.add_task(f"encoding {split}", total=pairs)
+    dropped = 0
     totals = {"pairs": 0, "src_tokens": 0, "tgt_tokens": 0}
     with ExitStack() as stack:
         files = {side: (stack.enter_context(open(out / f"{split}.{side}.tokens", "wb")),
@@ -335,16 +399,17 @@ def _encode_split(split: str, texts: tuple[Path, Path], keep: np.ndarray | None,
                  for side in SIDES}
         for _, offsets in files.values():
             np.zeros(1, dtype=np.int64).tofile(offsets)
-        jobs = ((chunk, dtype) for chunk in _kept_chunks(texts, keep))
-        for encoded in _ordered_map(_encode_chunk, jobs, pool, workers):
+        jobs = ((chunk, dtype, max_positions) for chunk in _kept_chunks(texts, keep))
+        for encoded, too_long in _ordered_map(_encode_chunk, jobs, pool, workers):
             for side, (ids, lens) in zip(SIDES, encoded, strict=True):
                 tokens, offsets = files[side]
                 ids.tofile(tokens)
                 (totals[f"{side}_tokens"] + np.cumsum(lens, dtype=np.int64)).tofile(offsets)
                 totals[f"{side}_tokens"] += int(lens.sum())
             totals["pairs"] += len(lens)
-            progress.advance(task, len(lens))
-    return totals
+            dropped += too_long
+            progress.advance(task, len(lens) + too_long)
+    return totals, dropped
 
 
 def _kept_chunks(texts: tuple[Path, Path], keep: np.ndarray | None) -> Iterator[tuple[list[str], list[str]]]:
@@ -370,17 +435,26 @@ def _init_encoder(tokenizer_json: str) -> None:
     _encoder = Tokenizer.from_str(tokenizer_json)
 
 
-def _encode_chunk(chunk: tuple[list[str], list[str]], dtype: str
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per side: the chunk's ids concatenated, and each sentence's length."""
+def _encode_chunk(chunk: tuple[list[str], list[str]], dtype: str, max_positions: int | None
+                  ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """Per side: the kept pairs' ids concatenated, and each sentence's length; and how many pairs were dropped.
+
+    With `max_positions` a pair is dropped when either side plus its EOS is longer: the worker knows the
+    lengths, so the filter costs no second pass.
+    """
     assert _encoder is not None, "_init_encoder must run first"
+    ids = [_encoder.encode_batch(texts) for texts in chunk]
+    lens = [np.fromiter((len(x) for x in side), dtype=np.int64, count=len(side)) for side in ids]
+    fits = np.ones(len(lens[0]), dtype=bool)
+    if max_positions is not None:
+        fits = np.maximum(*lens) + 1 <= max_positions
     encoded = []
-    for texts in chunk:
-        ids = _encoder.encode_batch(texts)
-        lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter((t for x in ids for t in x), dtype=dtype, count=int(lens.sum()))
-        encoded.append((flat, lens))
-    return encoded
+    for side_ids, side_lens in zip(ids, lens, strict=True):
+        kept = side_lens[fits]
+        flat = np.fromiter((t for x, ok in zip(side_ids, fits, strict=True) if ok for t in x), dtype=dtype,
+                           count=int(kept.sum()))
+        encoded.append((flat, kept))
+    return encoded, len(fits) - int(fits.sum())
 
 
 # ----------------------------------------------------------------------------------------- parallelism
@@ -463,9 +537,11 @@ def _replace_dir(new: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _fingerprint(data: DataConfig) -> dict[str, Any]:
-    """What the prepared data depends on: the data section (not train/model settings) and the input files."""
-    section = json.dumps(_strip_nones(dataclasses.asdict(data)), sort_keys=True)
+def _fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
+    """What the prepared data depends on: the data section, the model's max_positions (the token-length filter;
+    no other model or train setting) and the input files."""
+    section = json.dumps({**_strip_nones(dataclasses.asdict(data)), "model.max_positions": max_positions},
+                         sort_keys=True)
     return {
         "recipe_sha256": hashlib.sha256(section.encode()).hexdigest(),
         "inputs": [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in input_files(data) if p.is_file()],
@@ -479,15 +555,19 @@ def _strip_nones(value: Any) -> Any:
 
 
 def _up_to_date(data_dir: Path, fingerprint: dict[str, Any]) -> bool:
+    """Whether `data_dir` was prepared from the same recipe and inputs and its files pass the reader's check."""
     try:
         manifest = load_manifest(data_dir)
     except (MtxError, json.JSONDecodeError):
         return False
     if manifest.get("format") != FORMAT or any(manifest.get(k) != v for k, v in fingerprint.items()):
         return False
-    files = [data_dir / "tokenizer.json"] + [data_dir / f"{split}.{side}.{kind}" for split in manifest["splits"]
-                                             for side in SIDES for kind in ("tokens", "offsets")]
-    return all(f.is_file() for f in files)
+    try:
+        for split in manifest["splits"]:
+            _check_split_files(data_dir, split, manifest)
+    except MtxError:  # damaged: rebuild it, as the reader's message promises
+        return False
+    return (data_dir / "tokenizer.json").is_file()
 
 
 # ------------------------------------------------------------------------------------------- reporting
@@ -505,7 +585,8 @@ def _print_summary(console: Console, manifest: dict[str, Any], data_dir: Path) -
     stats = manifest["filter"]
     filters.add_row("read", "", f"{stats['read']:,}")
     for name in FILTERS:
-        filters.add_row(name.replace("_", " "), f"{stats['dropped'][name]:,}", f"{stats['remaining'][name]:,}")
+        step = f"over {stats['max_positions']:,} tokens" if name == "max_positions" else name.replace("_", " ")
+        filters.add_row(step, f"{stats['dropped'][name]:,}", f"{stats['remaining'][name]:,}")
     splits = Table(title=f"{data_dir} (vocabulary {manifest['vocab_size']:,}, {manifest['token_dtype']})",
                    title_justify="left")
     for column in ("split", "pairs", f"{manifest['src_lang']} tokens", f"{manifest['tgt_lang']} tokens",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from rich.console import Console
 
 from mtx.config import load_recipe
 from mtx.data import load_manifest, load_split, prepare
@@ -33,7 +36,8 @@ TRAIN = [
     (b"I read", b"ich lese es", "kept: ratio 1.5 is not above 1.5"),
     (b"caf\xc3\xa9 \xf0\x9f\x98\x80", b"Caf\xc3\xa9 \xf0\x9f\x98\x80", "kept"),
 ]
-EXPECTED_DROPS = {"invalid_utf8": 1, "malformed": 0, "empty": 2, "length": 1, "ratio": 1, "duplicate": 2}
+EXPECTED_DROPS = {"invalid_utf8": 1, "malformed": 0, "empty": 2, "length": 1, "ratio": 1, "duplicate": 2,
+                  "max_positions": 0}
 KEPT = [("the dog sleeps", "der Hund schläft"), ("the cat sleeps", "die Katze schläft"),
         ("we see the house", "wir sehen das Haus"), ("I read", "ich lese es"), ("café 😀", "Café 😀")]
 VALID = [(b"hello  world", b"hallo Welt"), (b"", b""), (b"bad \xfe", b"schlecht")]
@@ -220,7 +224,48 @@ class _Any:
 ANY = _Any()
 
 
-@pytest.mark.parametrize("case", ["missing", "misaligned", "empty", "unknown_dataset"])
+def _prepare_quietly(recipe_path: Path, *overrides: str, workers: int = 1) -> tuple[dict, str]:
+    """(manifest, what prepare printed), in this process."""
+    out = io.StringIO()
+    manifest = prepare(load_recipe(recipe_path, list(overrides)), workers=workers,
+                       console=Console(file=out, width=200))
+    return manifest, out.getvalue()
+
+
+def test_pairs_longer_than_max_positions_are_dropped_from_train_only(tmp_path: Path) -> None:
+    rng = random.Random(0)
+    unspaced = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(300)).encode() for _ in range(4)]
+    short = [(f"sentence number {i}".encode(), f"Satz Nummer {i}".encode()) for i in range(40)]
+    long = [(unspaced[0], b"kurz"), (b"short", unspaced[1]), (unspaced[2], unspaced[3])]
+    train = short[:10] + long[:1] + short[10:30] + long[1:] + short[30:]
+    valid = [(b"hello", b"hallo"), (unspaced[0], b"kurz")]
+    source = {"files": {
+        "train": [str(_write(tmp_path / "train.en", [s for s, _ in train])),
+                  str(_write(tmp_path / "train.de", [t for _, t in train]))],
+        "valid": [str(_write(tmp_path / "valid.en", [s for s, _ in valid])),
+                  str(_write(tmp_path / "valid.de", [t for _, t in valid]))],
+    }}
+    path = _recipe(tmp_path, source)
+    manifest, printed = _prepare_quietly(path, "model.max_positions=64", workers=2)
+    limit, data_dir = 64, tmp_path / "run" / "data"
+    assert manifest["filter"]["max_positions"] == limit
+    assert manifest["filter"]["dropped"] == {**{name: 0 for name in EXPECTED_DROPS}, "max_positions": len(long)}
+    assert manifest["filter"]["kept"] == manifest["filter"]["remaining"]["max_positions"] == len(short)
+    assert manifest["splits"]["train"]["pairs"] == len(short)
+    assert "over 64 tokens" in printed  # the summary table's row
+    tokens = load_split(data_dir, "train")
+    assert int((tokens.src_lens + 1).max()) <= limit and int((tokens.tgt_lens + 1).max()) <= limit
+    assert _decoded(data_dir, "train") == [(s.decode(), t.decode()) for s, t in short]
+    valid_tokens = load_split(data_dir, "valid")  # never filtered, however long
+    assert len(valid_tokens) == 2 and valid_tokens.src_lens[1] + 1 > limit
+
+    assert "up to date" in _prepare_quietly(path, "model.max_positions=64", "model.dropout=0.3")[1]
+    manifest, printed = _prepare_quietly(path, "model.max_positions=1024")  # the limit is in the fingerprint
+    assert "up to date" not in printed
+    assert manifest["filter"]["dropped"]["max_positions"] == 0 and manifest["filter"]["kept"] == len(train)
+
+
+@pytest.mark.parametrize("case", ["missing", "misaligned", "empty", "too_long", "unknown_dataset"])
 def test_user_errors_exit_1_with_a_message(tmp_path: Path, case: str) -> None:
     en = _write(tmp_path / "c.en", [b"one", b"two", b"three"])
     de = _write(tmp_path / "c.de", [b"eins", b"zwei"] + ([b"drei"] if case != "misaligned" else []))
@@ -230,9 +275,11 @@ def test_user_errors_exit_1_with_a_message(tmp_path: Path, case: str) -> None:
         source, expected = {"files": {"train": [str(en), str(de)]}}, f"{en} has 3 lines but {de} has 2"
     elif case == "empty":
         source, expected = {"files": {"train": [str(en), str(de)]}}, "No training pairs are left"
+    elif case == "too_long":
+        source, expected = {"files": {"train": [str(en), str(de)]}}, "longer than model.max_positions = 1 BPE"
     else:
         source, expected = {"hf": {"path": "no-such-org/no-such-dataset", "name": "de-en"}}, "could not load"
-    extra = ["--set", "data.filter.min_len=2"] if case == "empty" else []
+    extra = {"empty": ["--set", "data.filter.min_len=2"], "too_long": ["--set", "model.max_positions=1"]}.get(case, [])
     result = _mtx("prepare", str(_recipe(tmp_path, source)), *extra, "--workers", "1", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert expected in " ".join(result.stderr.split()), result.stderr
@@ -243,3 +290,50 @@ def test_user_errors_exit_1_with_a_message(tmp_path: Path, case: str) -> None:
 def test_reader_errors(tmp_path: Path) -> None:
     with pytest.raises(MtxError, match="run `mtx prepare RECIPE`"):
         load_manifest(tmp_path)
+
+
+def _damage(data_dir: Path, case: str) -> Path:
+    """Damage the prepared data as `case` says; the file a message must name."""
+    manifest_path = data_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    if case == "tokens_cut":
+        path = data_dir / "train.tgt.tokens"
+        os.truncate(path, path.stat().st_size - 2)
+    elif case == "offsets_cut":
+        path = data_dir / "valid.src.offsets"
+        os.truncate(path, path.stat().st_size - 8)
+    elif case == "offsets_overwritten":
+        path = data_dir / "train.src.offsets"
+        with open(path, "r+b") as f:
+            f.write(np.array([1], dtype=np.int64).tobytes())
+    elif case == "manifest_pairs":
+        path = data_dir / "train.src.offsets"
+        manifest["splits"]["train"]["pairs"] += 1
+    elif case == "manifest_tokens":
+        path = data_dir / "test.tgt.offsets"
+        manifest["splits"]["test"]["tgt_tokens"] += 1
+    else:
+        path = data_dir / "train.src.tokens"
+        path.unlink()
+    manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("case", ["tokens_cut", "offsets_cut", "offsets_overwritten", "manifest_pairs",
+                                  "manifest_tokens", "missing"])
+def test_damaged_data_is_an_error_naming_the_file_and_prepare_rebuilds_it(tmp_path: Path, case: str) -> None:
+    path = _recipe(tmp_path, _files_source(tmp_path))
+    _prepare_quietly(path)
+    data_dir = tmp_path / "run" / "data"
+    damaged = _damage(data_dir, case)
+    with pytest.raises(MtxError) as error:
+        load_split(data_dir, damaged.name.split(".")[0])
+    message = str(error.value)
+    assert str(damaged) in message and "Run `mtx prepare RECIPE` again: it rebuilds the damaged data" in message
+    if case != "missing":
+        assert "but" in message  # what was found, against what was expected
+    _, printed = _prepare_quietly(path)
+    assert "up to date" not in printed
+    assert _decoded(data_dir, "train") == KEPT
+    for split in ("train", "valid", "test"):
+        load_split(data_dir, split)
