@@ -35,6 +35,7 @@ from typing import BinaryIO, Literal
 
 import torch
 
+from mtx.devices import DeviceName, available_memory, choose_device, half_precision_model, inference_dtype
 from mtx.errors import MtxError
 from mtx.search import Hypothesis, LengthPenaltyStyle, search
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
@@ -42,7 +43,6 @@ from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
 READ_AHEAD_LINES = 2000  # a window: enough sentences for length sorting to pay off, few enough to stream
 MAX_WORKERS = 8  # batches decoded at once on a CPU; beyond some number Python's own work would serialise them
 
-Device = Literal["auto", "cpu", "cuda"]
 Dtype = Literal["auto", "fp32", "bf16", "fp16", "int8"]
 Errors = Literal["strict", "replace"]
 
@@ -111,6 +111,9 @@ class Translator:
         self.options.validate()
         if self.batch_tokens < 1:
             raise MtxError(f"--batch-tokens {self.batch_tokens} must be at least 1.")
+        if self.options.beam > self.model.vocab_size:
+            raise MtxError(f"--beam {self.options.beam} is more than the model's {self.model.vocab_size:,} "
+                           "vocabulary tokens: beams are distinct continuations, so there cannot be more.")
         self.max_positions: int = self.model.cfg.max_positions
         self.device = next(self.model.parameters()).device
 
@@ -125,6 +128,8 @@ class Translator:
         results: list[list[tuple[str, float]]] = [[] for _ in sentences]
         batches = plan_batches([len(ids) for ids in sources], costs, self.batch_tokens)
         workers, threads_each = decoding_workers(self.device, torch.get_num_threads(), len(batches))
+        self._check_memory([(len(b), max(len(sources[j]) for j in b), max(limits[j] for j in b)) for b in batches],
+                           workers)
         decoded_batches = map_in_threads(
             lambda batch: self._decode([sources[j] for j in batch], [limits[j] for j in batch]),
             batches, workers, threads_each)
@@ -139,6 +144,29 @@ class Translator:
         self.stats.sentences += len(sentences)
         self.stats.seconds += time.perf_counter() - started
         return results
+
+    def _check_memory(self, batches: list[tuple[int, int, int]], workers: int) -> None:
+        """Refuse, before allocating anything, a search whose state cannot fit in memory (`--beam 100000`).
+
+        `batches` holds (sentences, longest source, longest output limit) per batch; `workers` of them are
+        decoded at once.
+        """
+        needed = workers * max(self._search_bytes(*batch) for batch in batches)
+        available = available_memory(self.device)
+        if needed > available:
+            raise MtxError(
+                f"Beam {self.options.beam} needs about {needed / 2**20:,.0f} MiB for the decoder's cache and "
+                f"scores of its largest batch{'es' if workers > 1 else ''}, but only {available / 2**20:,.0f} MiB "
+                f"of {'GPU ' if self.device.type == 'cuda' else ''}memory is available: lower --beam or "
+                "--batch-tokens (or --threads, which decodes batches side by side).")
+
+    def _search_bytes(self, sentences: int, source_len: int, limit: int) -> int:
+        """The memory a search of one batch allocates: the self-attention cache of every row (a beam) and
+        its spare for reordering, the per-sentence cross-attention cache, and a few (rows, V) score arrays."""
+        cfg, rows, positions = self.model.cfg, sentences * self.options.beam, limit + 1
+        element = self.model.tgt_embed.weight.element_size()
+        cache = element * cfg.layers_dec * 2 * cfg.d_model * (2 * rows * positions + sentences * source_len)
+        return cache + 3 * 4 * rows * self.model.vocab_size + 8 * rows * positions
 
     def _source(self, ids: list[int]) -> list[int]:
         """Token ids plus EOS, cut to the model's positions if need be (and counted)."""
@@ -290,24 +318,16 @@ def format_nbest(nbest: list[tuple[str, float]], with_scores: bool) -> str:
     return "\t".join(f"{score:.4f}\t{text}" for text, score in nbest)
 
 
-def resolve_device(device: Device) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise MtxError("--device cuda: no CUDA device is available here. Use --device cpu (or auto).")
-    return torch.device(device)
-
-
 def prepare_model(model: torch.nn.Module, device: torch.device, dtype: Dtype) -> torch.nn.Module:
     """The model on `device` in the numeric format asked for, converted in place (as `nn.Module.to` does).
 
-    auto: fp32 on a CPU; bf16 on a GPU that supports it, else fp16. int8 quantises the weights of every
-    nn.Linear dynamically (activations are quantised on the fly per batch), which only CPUs run. That includes
-    the output projection, a quarter of the decoding time in fp32: it gets an int8 copy of the shared
-    embedding matrix as `model.output_proj`, while the embedding lookups keep reading the fp32 matrix.
+    auto: fp32 on a CPU; on a GPU bf16 where it is native, else fp16 (mtx.devices, as training decides).
+    Half precision keeps LayerNorm and the positional table in float32 (`half_precision_model`). int8
+    quantises the weights of every nn.Linear dynamically (activations are quantised on the fly per batch),
+    which only CPUs run. That includes the output projection, a large share of the decoding time in fp32: it
+    gets an int8 copy of the shared embedding matrix as `model.output_proj`, while the embedding lookups keep
+    reading the fp32 matrix.
     """
-    if dtype == "auto":
-        dtype = "fp32" if device.type == "cpu" else ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
     if dtype == "int8":
         if device.type != "cpu":
             raise MtxError("--dtype int8 runs on CPUs only: add --device cpu, or use --dtype bf16/fp16 on a GPU.")
@@ -316,8 +336,9 @@ def prepare_model(model: torch.nn.Module, device: torch.device, dtype: Dtype) ->
         with warnings.catch_warnings():  # torch.ao's deprecation notice is not the user's concern
             warnings.simplefilter("ignore")
             return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    return model.to(device=device, dtype=torch_dtype)
+    torch_dtype = inference_dtype(dtype, device)
+    model = model.to(device)
+    return model if torch_dtype == torch.float32 else half_precision_model(model, torch_dtype)
 
 
 def tied_output_projection(embed: torch.nn.Embedding) -> torch.nn.Linear:
@@ -329,7 +350,7 @@ def tied_output_projection(embed: torch.nn.Embedding) -> torch.nn.Linear:
 
 
 def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path | None, *,
-                   options: dict[str, object], batch_tokens: int, device: Device, dtype: Dtype,
+                   options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
                    threads: int | None, errors: Errors, log: Callable[[str], None]) -> TranslationStats:
     """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
 
@@ -338,7 +359,7 @@ def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path 
     """
     from mtx.checkpoint import load_model
 
-    check_choice("--device", device, Device)
+    check_choice("--device", device, DeviceName)
     check_choice("--dtype", dtype, Dtype)
     check_choice("--errors", errors, Errors)
     if input_path is not None and not input_path.is_file():
@@ -346,10 +367,11 @@ def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path 
     if input_path is not None and output_path is not None and output_path.resolve() == input_path.resolve():
         raise MtxError(f"-o {output_path} is also the input file: writing it would destroy the input.")
     if threads is not None:
-        if threads < 1:
-            raise MtxError(f"--threads {threads} must be at least 1.")
+        cores = os.cpu_count() or 1
+        if not 1 <= threads <= 4 * cores:
+            raise MtxError(f"--threads {threads} must be between 1 and 4 × this machine's {cores} cores.")
         torch.set_num_threads(threads)
-    target = resolve_device(device)
+    target = choose_device(device, "--device")
     model, tokenizer, checkpoint = load_model(checkpoint, "cpu")
     recipe_decode = (checkpoint.get("recipe") or {}).get("decode") or {}
     known = {f.name for f in dataclasses.fields(DecodeOptions)}

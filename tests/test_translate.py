@@ -219,11 +219,43 @@ def test_int8_quantizes_the_output_projection_too(trained: dict) -> None:
     (["--lenpen-style", "wu"], "--lenpen-style 'wu' is not one of gnmt, fairseq"),
     (["--beam", "0"], "--beam 0 must be at least 1"),
     (["-i", "missing.txt"], "Input file missing.txt does not exist"),
+    (["--beam", "100000"], "--beam 100000 is more than the model's"),
+    (["--threads", "100000"], "--threads 100000 must be between 1 and 4 × this machine's"),
 ])
 def test_bad_flags_are_user_errors(trained: dict, flags: list[str], message: str) -> None:
     result, _ = translate_cli(["-m", str(trained["checkpoint"]), *flags], b"")
     assert result.exit_code == 1
     assert message in str(result.exception)
+
+
+def test_a_search_too_large_for_memory_is_refused_before_it_starts(trained: dict, monkeypatch) -> None:
+    """The decoder cache and scores a batch needs are estimated before anything is allocated: with 8 MiB
+    "available", beam 4 fits and beam 200 does not."""
+    import mtx.translate
+
+    monkeypatch.setattr(mtx.translate, "available_memory", lambda device: 8 * 2**20)
+    args = ["-m", str(trained["checkpoint"]), "-i", str(trained["folder"] / "held_out.txt"), "--threads", "1"]
+    result, lines = translate_cli([*args, "--beam", "4", "--batch-tokens", "200"])
+    assert result.exit_code == 0 and len(lines) == len(trained["held_out"])
+    result, lines = translate_cli([*args, "--beam", "200", "--batch-tokens", "200"])
+    assert result.exit_code == 1 and lines == []
+    assert "Beam 200 needs about" in str(result.exception) and "lower --beam or --batch-tokens" in str(
+        result.exception)
+
+
+def test_half_precision_keeps_layernorm_and_positions_in_float32(trained: dict) -> None:
+    """bf16 and fp16 inference (run here on the CPU, as a GPU runs it): half-precision matrices, float32
+    LayerNorms and positional table, and the held-out set still copied exactly."""
+    for dtype, torch_dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        model = prepare_model(copy.deepcopy(trained["model"]), torch.device("cpu"), dtype)
+        assert model.tgt_embed.weight.dtype == model.decoder_layers[0].ffn.fc1.weight.dtype == torch_dtype
+        assert model.positions.dtype == torch.float32
+        norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+        assert norms and all(m.weight.dtype == torch.float32 for m in norms)
+        held_out = trained["held_out"]
+        translated = translate_sentences(model, trained["tokenizer"], held_out, beam=4, lenpen=0.6, max_len_a=1.0,
+                                         max_len_b=5)
+        assert translated == held_out, dtype
 
 
 def test_plan_batches_respects_the_budget() -> None:
