@@ -17,9 +17,11 @@ every epoch, so a different tail is dropped each time and no pair is left out fo
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -116,6 +118,8 @@ class Batch:
     """A padded batch in the shared sequence convention.
 
     src = ids + [EOS]; tgt_in = [BOS] + ids; tgt_out = ids + [EOS]; PAD on the right; src_pad = src == PAD.
+    The target tokens' positions in the flattened (B·T) target, and those tokens, are found once, where the
+    batch is made (on the CPU): on a GPU, finding them there would make the host wait for the device.
     """
 
     src: Tensor  # (B, S)
@@ -123,12 +127,25 @@ class Batch:
     tgt_in: Tensor  # (B, T)
     tgt_out: Tensor  # (B, T)
     n_tgt_tokens: int  # non-pad target tokens: what the loss is normalised by
+    tgt_positions: Tensor | None = None  # (N,) flat indices of the non-pad targets; found from tgt_out if None
+    tgt_tokens: Tensor | None = None  # (N,) those targets, tgt_out.flatten()[tgt_positions]
+
+    def __post_init__(self) -> None:
+        if self.tgt_positions is None:
+            self.tgt_positions = (self.tgt_out != PAD).flatten().nonzero().squeeze(1)
+            self.tgt_tokens = self.tgt_out.flatten().index_select(0, self.tgt_positions)
+
+    def _map(self, fn) -> Batch:
+        return Batch(fn(self.src), fn(self.src_pad), fn(self.tgt_in), fn(self.tgt_out), self.n_tgt_tokens,
+                     fn(self.tgt_positions), fn(self.tgt_tokens))
 
     def to(self, device: torch.device) -> Batch:
-        def move(t: Tensor) -> Tensor:
-            return t.to(device, non_blocking=True)
+        """On `device`; from pinned memory the copies are asynchronous (`non_blocking`)."""
+        return self._map(lambda t: t.to(device, non_blocking=True))
 
-        return Batch(move(self.src), move(self.src_pad), move(self.tgt_in), move(self.tgt_out), self.n_tgt_tokens)
+    def pin_memory(self) -> Batch:
+        """In page-locked memory, from which a GPU copies while the host goes on."""
+        return self._map(Tensor.pin_memory)
 
 
 def collate(split: PairSource, indices: Sequence[int]) -> Batch:
@@ -146,3 +163,47 @@ def collate(split: PairSource, indices: Sequence[int]) -> Batch:
         tgt_out[row, len(t)] = EOS
     n_tgt_tokens = sum(len(t) + 1 for t in targets)
     return Batch(src, src == PAD, tgt_in, tgt_out, n_tgt_tokens)
+
+
+T = TypeVar("T")
+_DONE = object()
+
+
+def in_background(items: Iterable[T], ahead: int) -> Iterator[T]:
+    """`items`, produced by a background thread up to `ahead` items before they are asked for.
+
+    The trainer collates the next update's batches this way while the current one runs. An exception in the
+    thread is raised here, in order; closing the iterator early (a stop) ends the thread at its next item.
+    """
+    ready: queue.Queue = queue.Queue(maxsize=ahead)
+    closed = threading.Event()
+
+    def offer(item: object) -> bool:
+        """Queue `item` once there is room; False if the consumer has gone."""
+        while not closed.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not offer(item):
+                    return
+            offer(_DONE)
+        except BaseException as e:  # handed to the consumer, which raises it in its own thread
+            offer(e)
+
+    thread = threading.Thread(target=produce, name="mtx-collate", daemon=True)
+    thread.start()
+    try:
+        while (item := ready.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        closed.set()
+        thread.join()  # at most one item away: no thread left running torch code at interpreter exit

@@ -67,12 +67,17 @@ def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor
 
     Under fp16 autocast the plain path is taken: fp16 gradients need the GradScaler's scale applied before they
     are cast, which a gradient computed in the forward cannot have. bf16 (and fp32) have fp32's range.
+
+    The gradients are computed only when autograd will ask for them: under `torch.no_grad()` (validation) an
+    autograd.Function still sees its inputs' `requires_grad`, so the decision is taken here, outside it.
     """
     device = hidden.device.type
     compute = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
     if compute == torch.float16:
         return label_smoothed_loss(F.linear(hidden, weight), target, epsilon, pad_id)
-    loss, nll = _ProjectedSmoothedLoss.apply(hidden, weight, target, epsilon, pad_id, compute)
+    grad_mode = torch.is_grad_enabled()
+    wanted = (grad_mode and hidden.requires_grad, grad_mode and weight.requires_grad)
+    loss, nll = _ProjectedSmoothedLoss.apply(hidden, weight, target, epsilon, pad_id, compute, wanted)
     return loss, nll, (target != pad_id).sum()
 
 
@@ -84,12 +89,11 @@ _CHUNK_ELEMENTS = {"cpu": 2**23, "cuda": 2**28}
 class _ProjectedSmoothedLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
-                compute: torch.dtype) -> tuple[Tensor, Tensor]:
+                compute: torch.dtype, wanted: tuple[bool, bool]) -> tuple[Tensor, Tensor]:
         n, vocab = hidden.shape[0], weight.shape[0]
         other = epsilon / (vocab - 1)  # q of every token but the reference, which gets 1 − ε
-        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
-        has_padding = bool((target == pad_id).any())
+        grad_hidden = torch.empty_like(hidden) if wanted[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if wanted[1] else None
         rows = max(1, _CHUNK_ELEMENTS.get(hidden.device.type, 2**28) // vocab)
         nll_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
         all_sum = torch.zeros_like(nll_sum)  # Σ over tokens of Σ_v −log p(v)
@@ -104,25 +108,23 @@ class _ProjectedSmoothedLoss(torch.autograd.Function):
                 h, t = hidden[chunk].to(compute), target[chunk, None]
                 logits = torch.mm(h, w.t(), out=buffer[: len(h)]) if in_place else torch.mm(h, w.t()).float()
                 lprobs = torch.log_softmax(logits, dim=-1, out=logits)
-                picked, totals = lprobs.gather(1, t), lprobs.sum(1, keepdim=True)
-                keep = (t != pad_id).float() if has_padding else None
-                if keep is not None:
-                    picked, totals = picked * keep, totals * keep
-                nll_sum -= picked.sum()
-                all_sum -= totals.sum()
+                # Padding is masked by multiplying per-token values, never by testing whether there is any:
+                # on a GPU that test would make the host wait for the device.
+                keep = (t != pad_id).to(torch.float32)  # (rows, 1)
+                nll_sum -= (lprobs.gather(1, t) * keep).sum()
+                all_sum -= (lprobs.sum(1, keepdim=True) * keep).sum()
                 if grad_hidden is None and grad_weight is None:
                     continue
                 grad = torch.softmax(lprobs, dim=-1, out=lprobs).sub_(other)
                 grad.scatter_add_(1, t, grad.new_full(t.shape, other - (1.0 - epsilon)))
-                if keep is not None:
-                    grad.mul_(keep)
-                grad = grad.to(compute)
+                grad = grad.to(compute)  # a padding row's gradient is zeroed below, at its (rows, D) products
                 if grad_hidden is not None:
                     if in_place:
-                        torch.mm(grad, w, out=grad_hidden[chunk])
+                        torch.mm(grad, w, out=grad_hidden[chunk]).mul_(keep)
                     else:
-                        grad_hidden[chunk] = torch.mm(grad, w)
+                        grad_hidden[chunk] = torch.mm(grad, w) * keep.to(compute)
                 if grad_weight is not None:
+                    h = h * keep.to(compute)
                     if in_place:
                         grad_weight.addmm_(grad.t(), h)
                     else:
@@ -139,21 +141,20 @@ class _ProjectedSmoothedLoss(torch.autograd.Function):
             grad_hidden = grad_hidden * grad_loss
         if grad_weight is not None:
             grad_weight = (grad_weight * grad_loss).to(ctx.weight_dtype)
-        return grad_hidden, grad_weight, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None
 
 
 def batch_loss(model: nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor, Tensor]:
     """`label_smoothed_loss` of an mtx Transformer (or a DDP or `torch.compile` wrapper of one) on a batch,
     teacher-forced.
 
-    The model returns its final decoder states at the target tokens only (`Transformer.forward`'s `tgt_mask`),
-    so the output projection and the loss, forward and backward, skip the batch's target padding, and
-    `projected_label_smoothed_loss` projects them with the output (= target embedding) matrix itself.
+    The model returns its final decoder states at the target tokens only (`Transformer.forward`'s
+    `tgt_positions`), so the output projection and the loss, forward and backward, skip the batch's target
+    padding, and `projected_label_smoothed_loss` projects them with the output (= target embedding) matrix.
     """
-    has_target = batch.tgt_out != PAD
-    hidden = model(batch.src, batch.src_pad, batch.tgt_in, has_target, project=False)
+    hidden = model(batch.src, batch.src_pad, batch.tgt_in, batch.tgt_positions, project=False)
     weight = _unwrap(model).tgt_embed.weight
-    return projected_label_smoothed_loss(hidden, weight, batch.tgt_out[has_target], epsilon)
+    return projected_label_smoothed_loss(hidden, weight, batch.tgt_tokens, epsilon)
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

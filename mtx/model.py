@@ -172,6 +172,18 @@ class FeedForward(nn.Module):
 # ---------------------------------------------------------------------------------------- layers §3.1
 
 
+class LayerNorm(nn.LayerNorm):
+    """Layer normalisation computed in float32 whatever the input's precision, returned in the input's.
+
+    Its mean and variance sum d_model values; in bf16's 8-bit mantissa they would lose the small differences
+    the normalisation exists to bring out. Training under autocast already gets float32 here; this keeps
+    half-precision inference (mtx.devices.half_precision_model) the same.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x.float(), self.normalized_shape, self.weight, self.bias, self.eps).to(x.dtype)
+
+
 class Residual(nn.Module):
     """One sub-layer's residual connection with LayerNorm and dropout (§5.4).
 
@@ -181,7 +193,7 @@ class Residual(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = LayerNorm(d_model)
         self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
@@ -323,8 +335,8 @@ class Transformer(nn.Module):
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers_dec))
         # Pre-norm leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
         pre = cfg.norm == "pre"
-        self.encoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.encoder_norm = LayerNorm(d) if pre else nn.Identity()
+        self.decoder_norm = LayerNorm(d) if pre else nn.Identity()
         # None: `output_logits` multiplies by the target embedding matrix itself. Inference may set a module
         # computing the same projection in another format (the int8 copy of `mtx.translate.prepare_model`).
         self.output_proj: nn.Module | None = None
@@ -351,8 +363,10 @@ class Transformer(nn.Module):
             )
 
     def _embed(self, embed: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
-        x = embed(tokens) * self.embed_scale + self.positions[start : start + tokens.shape[1]].to(embed.weight.dtype)
-        return self.dropout(x)
+        """Scaled embeddings plus positions, summed in float32 (the table stays float32 in half-precision
+        inference), then in the embeddings' own precision."""
+        positions = self.positions[start : start + tokens.shape[1]]
+        return self.dropout((embed(tokens).float() * self.embed_scale + positions).to(embed.weight.dtype))
 
     def output_logits(self, h: Tensor) -> Tensor:
         """The pre-softmax projection shares the target embedding matrix (§3.4); it has no bias.
@@ -380,16 +394,15 @@ class Transformer(nn.Module):
             x = layer(x, src_pad)
         return self.encoder_norm(x)
 
-    def forward(self, src: Tensor, src_pad: Tensor | None, tgt_in: Tensor, tgt_mask: Tensor | None = None,
+    def forward(self, src: Tensor, src_pad: Tensor | None, tgt_in: Tensor, tgt_positions: Tensor | None = None,
                 project: bool = True) -> Tensor:
         """Teacher forcing: (B, S) source and (B, T) shifted target → (B, T, V) logits.
 
-        With `tgt_mask`, (B, T) True at the positions that have a target token, only those N positions are
-        projected: (N, V) logits, in row-major order (`tgt_out[tgt_mask]` is their targets). The output
+        With `tgt_positions`, the (N,) indices of the positions that have a target token in the flattened
+        (B·T) target (`Batch.tgt_positions`), only those N positions are projected: (N, V) logits. The output
         projection is a small model's largest matmul, and batches bucketed by source length still hold target
-        padding (7% in bench/train.py's batches, more where target lengths vary more), whose logits, loss
-        terms and backward passes would only be thrown away. On a GPU the indexing waits for the mask's count
-        of positions: one host synchronisation per forward.
+        padding, whose logits, loss terms and backward passes would only be thrown away. Indices computed
+        with the batch, rather than a boolean mask here, keep the GPU from waiting for the mask's count.
 
         `project=False` returns the final decoder states instead of their logits, (B, T, D) or (N, D): the
         training loss (`mtx.loss.projected_label_smoothed_loss`) projects them itself, a chunk at a time.
@@ -400,8 +413,8 @@ class Transformer(nn.Module):
         for layer in self.decoder_layers:
             x = layer(x, memory, src_pad)
         x = self.decoder_norm(x)
-        if tgt_mask is not None:
-            x = x[tgt_mask]
+        if tgt_positions is not None:
+            x = x.flatten(0, 1).index_select(0, tgt_positions)
         return self.output_logits(x) if project else x
 
     # ---- inference

@@ -1,8 +1,11 @@
 """Label-smoothed cross-entropy: fairseq's formula, padding ignored, sums not means."""
 
+from collections import Counter
+
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import mtx.loss as loss_module
 from mtx.batching import Batch
@@ -121,13 +124,39 @@ def test_projected_loss_equals_the_loss_of_the_logits(monkeypatch, chunk_element
         assert torch.all(results[1][3][[2, 3, 17]] == 0)
 
 
-def test_projected_loss_without_gradients_computes_none() -> None:
-    """Validation runs under no_grad: the loss alone, no gradient work."""
+class OpCounter(TorchDispatchMode):
+    """Counts the ATen operations run inside it, by name (e.g. "mm"), and the shapes of the tensors they made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter = Counter()
+        self.shapes: set[tuple[int, ...]] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            self.shapes.add(tuple(out.shape))
+        return out
+
+
+@pytest.mark.parametrize("chunk_elements", [5 * VOCAB, 2**23])
+def test_projected_loss_without_gradients_computes_none(monkeypatch, chunk_elements: int) -> None:
+    """Validation runs under no_grad with the real output matrix, a parameter: the loss alone, one matrix
+    product per chunk (the logits) and no gradient products or buffers. With gradients, three per chunk."""
+    monkeypatch.setitem(loss_module._CHUNK_ELEMENTS, "cpu", chunk_elements)
     hidden, weight, target = projection_example()
-    with torch.no_grad():
+    hidden, weight = hidden.requires_grad_(True), torch.nn.Parameter(weight)
+    chunks = -(-len(target) // max(1, chunk_elements // VOCAB))
+    with torch.no_grad(), OpCounter() as ops:
         loss, nll, _ = projected_label_smoothed_loss(hidden, weight, target, 0.1)
+    assert ops.counts["mm"] == chunks and ops.counts["addmm_"] == 0
+    assert tuple(weight.shape) not in ops.shapes  # no buffer for the output matrix's gradient
     torch.testing.assert_close(loss, label_smoothed_loss(F.linear(hidden, weight), target, 0.1)[0])
     assert not loss.requires_grad
+    with OpCounter() as ops:
+        projected_label_smoothed_loss(hidden, weight, target, 0.1)
+    assert ops.counts["mm"] + ops.counts["addmm_"] == 3 * chunks
 
 
 def test_projected_loss_under_bf16_autocast_tracks_the_unfused_one() -> None:

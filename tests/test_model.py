@@ -106,15 +106,16 @@ def test_explicit_attention_equals_sdpa(queries: int) -> None:
                                    F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
 
 
-def test_forward_with_tgt_mask_gives_the_logits_of_those_positions() -> None:
-    """With a target mask, forward returns the full logits at the masked positions, in row-major order."""
+def test_forward_at_target_positions_gives_the_logits_of_those_positions() -> None:
+    """With the flat indices of the target positions (as Batch has them), forward returns the full logits at
+    those positions, in row-major order."""
     model = tiny_model()
     src, src_pad = batch()
     tgt_in = torch.randint(4, VOCAB, (3, 6), generator=torch.Generator().manual_seed(10))
     tgt_mask = torch.arange(6) < torch.tensor([[6], [2], [4]])
     with torch.no_grad():
         full = model(src, src_pad, tgt_in)
-        gathered = model(src, src_pad, tgt_in, tgt_mask)
+        gathered = model(src, src_pad, tgt_in, tgt_mask.flatten().nonzero().squeeze(1))
     assert gathered.shape == (12, VOCAB)
     torch.testing.assert_close(gathered, full[tgt_mask], atol=1e-6, rtol=0)
 
