@@ -16,9 +16,7 @@ primitives only, so loading a file cannot run code):
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,38 +26,10 @@ import torch
 from mtx import __version__
 from mtx.config import ModelConfig
 from mtx.errors import MtxError
+from mtx.files import atomic_write
 
 FORMAT = "mtx-checkpoint-v1"
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call `write(file)` on a temporary file beside `path`, then rename it over `path`.
-
-    A crash or SIGKILL at any moment leaves either the old file or the new one, never a torn one: rename
-    within one filesystem is atomic, and fsync makes the bytes durable before the name points at them.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp creates 0600 files; give the result the mode any new file would get, so colleagues on a
-        # shared cluster can read the run's checkpoints as the user's umask allows.
-        os.chmod(tmp, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def save_checkpoint(checkpoint: dict[str, Any], path: Path) -> None:
@@ -77,11 +47,24 @@ def make_checkpoint(model: torch.nn.Module, tokenizer_json: str, recipe: dict[st
         "tokenizer": tokenizer_json,
         "recipe": recipe,
         "step": step,
-        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "model": _on_cpu(model.state_dict()),
     }
     if train_state is not None:
         checkpoint["train_state"] = train_state
     return checkpoint
+
+
+def _on_cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state` on the CPU, where names that share one tensor (the tied embedding and output matrix: three
+    names, one matrix) still share one, so `torch.save` stores it once."""
+    copies: dict[tuple, torch.Tensor] = {}
+    moved = {}
+    for name, tensor in state.items():
+        key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.device)
+        if key not in copies:
+            copies[key] = tensor.detach().cpu()
+        moved[name] = copies[key]
+    return moved
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -139,11 +122,25 @@ def _identity(checkpoint: dict[str, Any]) -> tuple:
     return checkpoint["model_config"], checkpoint["vocab_size"], checkpoint["tokenizer"], shapes
 
 
+def _aliases(state: dict[str, torch.Tensor]) -> dict[str, str]:
+    """{name: the first name of the same tensor} for each name that repeats an earlier one's tensor."""
+    first: dict[tuple, str] = {}
+    aliases = {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+        if key in first:
+            aliases[name] = first[key]
+        else:
+            first[key] = name
+    return aliases
+
+
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     """The parameter-wise mean of `paths`, as an inference checkpoint (no training state).
 
     Streaming: a float64 running sum plus the checkpoint being read, so memory stays at about two models
-    however many are averaged. Parameters are written back in the checkpoints' own dtype.
+    however many are averaged. Parameters are written back in the checkpoints' own dtype, and a tensor that
+    several names share (the tied embedding) is averaged once and stays shared.
     """
     if not paths:
         raise MtxError("No checkpoints to average: pass files, or --dir RUN/checkpoints --last N.")
@@ -154,15 +151,19 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
         if i == 0:
             first_path, identity = path, _identity(checkpoint)
             metadata = {k: v for k, v in checkpoint.items() if k not in ("model", "train_state")}
+            aliases = _aliases(checkpoint["model"])
             dtypes = {k: v.dtype for k, v in checkpoint["model"].items()}
-            total = {k: v.to(torch.float64) for k, v in checkpoint["model"].items()}
+            total = {k: v.to(torch.float64) for k, v in checkpoint["model"].items() if k not in aliases}
         else:
             if _identity(checkpoint) != identity:
                 what = "tokenizer" if checkpoint["tokenizer"] != metadata["tokenizer"] else "model shape or config"
                 raise MtxError(f"Cannot average {path} with {first_path}: their {what} differs. "
                                "Average only checkpoints of the same run.")
             for k, v in checkpoint["model"].items():
-                total[k] += v.to(torch.float64)
+                if k not in aliases:
+                    total[k] += v.to(torch.float64)
         del checkpoint
     averaged = {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
+    for name, first in aliases.items():  # names of one shared tensor stay one tensor
+        averaged[name] = averaged[first]
     return {**metadata, "model": averaged, "averaged_from": [str(p) for p in paths]}

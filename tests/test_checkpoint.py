@@ -8,7 +8,6 @@ import torch
 from typer.testing import CliRunner
 
 from mtx.checkpoint import (
-    atomic_write,
     average_checkpoints,
     load_checkpoint,
     make_checkpoint,
@@ -18,15 +17,17 @@ from mtx.checkpoint import (
 from mtx.cli import app
 from mtx.config import ModelConfig, resolve_model
 from mtx.errors import MtxError
+from mtx.files import atomic_write
 from mtx.model import Transformer
 
 TOKENIZER = '{"stand-in": "averaging never parses the tokenizer"}'
 
 
-def write_checkpoint(path: Path, seed: int, d_model: int = 16, tokenizer: str = TOKENIZER, step: int = 1) -> dict:
+def write_checkpoint(path: Path, seed: int, d_model: int = 16, tokenizer: str = TOKENIZER, step: int = 1,
+                     vocab: int = 30) -> dict:
     torch.manual_seed(seed)
     cfg = resolve_model(ModelConfig(preset="tiny", d_model=d_model, heads=2, d_ff=32, layers_enc=1, layers_dec=1))
-    checkpoint = make_checkpoint(Transformer(cfg, 30), tokenizer, {"name": "t"}, step, train_state={"epoch": 1})
+    checkpoint = make_checkpoint(Transformer(cfg, vocab), tokenizer, {"name": "t"}, step, train_state={"epoch": 1})
     save_checkpoint(checkpoint, path)
     return checkpoint
 
@@ -39,6 +40,20 @@ def test_average_is_the_elementwise_mean(tmp_path: Path) -> None:
         torch.testing.assert_close(value, expected, atol=0, rtol=0)
     assert "train_state" not in averaged
     assert averaged["tokenizer"] == TOKENIZER and averaged["model_config"] == written[0]["model_config"]
+
+
+def test_the_tied_embedding_is_stored_once(tmp_path: Path) -> None:
+    """Source embedding, target embedding and output projection are one matrix: one copy in a checkpoint and
+    in an average of checkpoints, still one shared tensor when loaded."""
+    written = [write_checkpoint(tmp_path / f"step_{i}.pt", seed=i, vocab=2000) for i in range(2)]
+    save_checkpoint(average_checkpoints([tmp_path / "step_0.pt", tmp_path / "step_1.pt"]), tmp_path / "avg.pt")
+    state = written[0]["model"]
+    embedding = state["tgt_embed.weight"].numel() * 4
+    all_names = sum(v.numel() * v.element_size() for v in state.values())
+    for name in ("step_0.pt", "avg.pt"):
+        model = load_checkpoint(tmp_path / name)["model"]
+        assert model["src_embed.weight"].data_ptr() == model["tgt_embed.weight"].data_ptr(), name
+        assert (tmp_path / name).stat().st_size < all_names - embedding // 2, name
 
 
 def test_average_of_one_is_the_identity(tmp_path: Path) -> None:
