@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from mtx import __version__
-from mtx.errors import MtxError
+from mtx.errors import MtxError, is_out_of_memory
 
 app = typer.Typer(
     name="mtx",
@@ -259,13 +259,17 @@ def translate(
 
 
 def main() -> None:
-    """Entry point: Typer handles usage errors (exit 2); an MtxError becomes a clean message and exit 1."""
+    """Entry point: Typer handles usage errors (exit 2); an MtxError, or running out of memory, becomes a
+    clean message and exit 1."""
     try:
         app()
-    except MtxError as e:
-        if _state["debug"]:
+    except Exception as e:
+        if _state["debug"] or not (isinstance(e, MtxError) or is_out_of_memory(e)):
             raise
+        message = str(e) if isinstance(e, MtxError) else (
+            f"Out of memory ({str(e).splitlines()[0][:160]}): ask for less at once — train.max_tokens for "
+            "training, --batch-tokens or --beam for translation.")
         try:
-            fail(str(e))
+            fail(message)
         except typer.Exit as exit_:
             sys.exit(exit_.exit_code)

@@ -228,6 +228,7 @@ class TrainConfig:
     valid_max_sentences: int | None = None  # decode only the first N valid sentences for BLEU
     patience: int | None = None  # validations without a better valid BLEU before stopping
     log_every: int = 100
+    dist_timeout: str = "30m"  # how long ranks wait for one another (e.g. for rank 0's checkpoint write)
 
     def validate(self, key: str) -> None:
         for name in ("max_tokens", "update_freq", "max_steps", "save_every", "validate_every", "log_every",
@@ -248,6 +249,8 @@ class TrainConfig:
             _check(value is None or value >= 1, f"{key}.{name}", value, "must be at least 1 (or null)")
         if self.max_time is not None:
             parse_duration(self.max_time, f"{key}.max_time")
+        _check(parse_duration(self.dist_timeout, f"{key}.dist_timeout") > 0, f"{key}.dist_timeout",
+               self.dist_timeout, "must be a positive duration")
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")

@@ -3,3 +3,11 @@
 
 class MtxError(Exception):
     """A user-facing error: the message names the file, key or value at fault and what to do about it."""
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is PyTorch running out of memory: a GPU's OutOfMemoryError, or the CPU allocator's
+    RuntimeError (whose type says nothing, so its message is read)."""
+    message = str(error)
+    return type(error).__name__ == "OutOfMemoryError" or (
+        isinstance(error, RuntimeError) and ("DefaultCPUAllocator" in message or "out of memory" in message))

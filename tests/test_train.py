@@ -3,19 +3,23 @@
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from itertools import islice
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from copy_task import base_recipe, prepared, recipe, write_pairs, write_recipe
 from rich.console import Console
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mtx.checkpoint import load_checkpoint, step_checkpoints
-from mtx.config import TrainConfig, load_recipe
+from mtx.config import TrainConfig, load_recipe, parse_duration
 from mtx.data import prepare
 from mtx.errors import MtxError
 from mtx.train import learning_rate, train
@@ -116,20 +120,61 @@ def wait_for_checkpoint(checkpoints: Path, process: subprocess.Popen, at_least: 
         time.sleep(0.1)
 
 
-def test_sigterm_writes_a_checkpoint_and_exits_0(tmp_path: Path) -> None:
+def wait_for_step(metrics: Path, process: subprocess.Popen, step: int) -> None:
+    """Until the run has logged update `step` (log_every 1): training is under way."""
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and any(e["step"] >= step for e in events(metrics, "train"))):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"no update {step} within 2 minutes"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR1"])
+def test_a_stop_signal_saves_the_step_it_stopped_at_and_exits_0(tmp_path: Path, signame: str) -> None:
+    """SIGTERM (a pre-emption) or SIGUSR1 (SLURM's warning, forwarded by torchrun): the run stops after the
+    update in progress and writes the checkpoint of that very step, with no scheduled save to fall back on.
+    Meanwhile a second `mtx train` on the same run refuses, naming the first one's process."""
     path = prepared(tmp_path)
-    checkpoints, _ = run_files(path)
-    process = start_training(path, "train.max_steps=1000000", "train.save_every=1000", "train.save_every=7",
-                             "train.log_every=1000")
-    wait_for_checkpoint(checkpoints, process)
-    process.send_signal(signal.SIGTERM)
+    checkpoints, metrics = run_files(path)
+    process = start_training(path, "train.max_steps=1000000", "train.save_every=1000000", "train.log_every=1")
+    wait_for_step(metrics, process, 3)
+    if signame == "SIGTERM":
+        second = subprocess.run([sys.executable, "-m", "mtx", "train", str(path)], env=ENV, text=True,
+                                capture_output=True, timeout=120)
+        assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
+        assert "is in use by another `mtx train`" in second.stderr and f"pid {process.pid}" in second.stderr
+    process.send_signal(getattr(signal, signame))
     _, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
-    assert "stopped by SIGTERM" in err and "Run the same command again to resume" in err
+    stopped = int(re.search(r"Training stopped at step (\d+): stopped by " + signame, err).group(1))
+    assert "Run the same command again to resume" in err
+    assert [step for step, _ in step_checkpoints(checkpoints)] == [stopped]
     last = load_checkpoint(checkpoints / "last.pt")
-    assert last["step"] == step_checkpoints(checkpoints)[-1][0]
-    assert last["train_state"]["progress"]["step"] == last["step"]
-    assert train(recipe(path, max_steps=last["step"] + 2)).step == last["step"] + 2
+    assert last["step"] == last["train_state"]["progress"]["step"] == stopped
+    assert not (path.parent / "run" / "train.lock").exists()
+    assert train(recipe(path, max_steps=stopped + 2)).step == stopped + 2
+
+
+def test_a_signal_during_validation_stops_without_finishing_it(tmp_path: Path, monkeypatch) -> None:
+    """A pre-emption gives seconds, not a validation's minutes: a signal that arrives while the valid set is
+    being decoded abandons the validation (nothing logged for it) and stops on a checkpoint of that step."""
+    import mtx.translate
+    from mtx import distributed
+    from mtx.train import Trainer
+
+    path = prepared(tmp_path)
+    trainer = Trainer(recipe(path, max_steps=50, validate_every=4, save_every=100), distributed.setup("cpu"))
+    decode = mtx.translate.translate_sentences
+
+    def signal_arrives(*args, **kwargs):
+        trainer.signals.received = "SIGTERM"
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(mtx.translate, "translate_sentences", signal_arrives)
+    assert trainer.fit().step == 4
+    checkpoints, metrics = run_files(path)
+    assert [step for step, _ in step_checkpoints(checkpoints)] == [4]
+    assert events(metrics, "valid") == [] and not (checkpoints / "best.pt").exists()
 
 
 def test_sigkill_leaves_a_run_that_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
@@ -160,13 +205,15 @@ def test_errors_are_clear(tmp_path: Path) -> None:
     path = prepared(tmp_path)
     with pytest.raises(MtxError, match=r"data.bpe.vocab_size = 300 .* asks for 400.*mtx prepare"):
         train(load_recipe(path, ["data.bpe.vocab_size=400"]))
-    with pytest.raises(MtxError, match=r"train.max_tokens = 5 cannot fit even one sentence pair.*at least \d+"):
-        train(recipe(path, max_tokens=5))
-    with pytest.raises(MtxError, match=r"more than model.max_positions = 4"):
-        train(load_recipe(path, ["model.max_positions=4"]))
+    with pytest.raises(MtxError, match=r"No training pair fits.*train.max_tokens = 2 or model.max_positions = 64"):
+        train(recipe(path, max_tokens=2))
+    with pytest.raises(MtxError, match=r"No training pair fits.*model.max_positions = 2\. Raise them"):
+        train(load_recipe(path, ["model.max_positions=2"]))
     if not torch.cuda.is_available():
         with pytest.raises(MtxError, match=r"train.device = 'cuda' but PyTorch sees no CUDA GPU"):
             train(recipe(path, device="cuda"))
+    with pytest.raises(MtxError, match=r"The model has [\d,]+ parameters: .* need [\d,.]+ GiB, more than"):
+        train(load_recipe(path, ["model.d_model=400000", "model.heads=1"]))
 
 
 @pytest.mark.slow
@@ -202,3 +249,127 @@ def test_a_tiny_model_learns_to_reverse(tmp_path: Path) -> None:
     print(f"reverse task: test BLEU {bleu:.2f}, best valid BLEU {state.best_bleu:.2f}, "
           f"{state.step} updates in {seconds:.0f} s")
     assert bleu >= 95
+
+
+def test_pairs_too_long_for_the_model_are_left_out_with_a_warning(tmp_path: Path, capfd) -> None:
+    """Data prepared for longer positions than the model has: the pairs that do not fit are left out of every
+    batch and counted in a warning; the rest trains. One over-long pair never stops a run."""
+    from mtx import distributed
+    from mtx.batching import pair_costs
+    from mtx.train import Trainer
+
+    path = prepared(tmp_path)
+    trainer = Trainer(load_recipe(path, ["model.max_positions=6", "train.max_steps=2"]), distributed.setup("cpu"))
+    split = trainer.train_split
+    costs = pair_costs(split.src_lens, split.tgt_lens)
+    left_out = int((costs > 6).sum())
+    assert 0 < left_out < len(costs)
+    batched = np.concatenate(trainer.plan.batches)
+    assert len(batched) == len(costs) - left_out and costs[batched].max() <= 6
+    assert f"warning: {left_out:,} of {len(costs):,} training pairs are longer than 6 tokens" in capfd.readouterr().err
+    assert trainer.fit().step == 2
+
+
+def train_losses(path: Path, *overrides: str, **settings: object) -> list[float]:
+    """The logged train losses of a fresh run of `path` (log_every 10) with these overrides."""
+    train(recipe(path, *overrides, log_every=10, validate_every=1000, save_every=1000, **settings), restart=True)
+    return [e["loss"] for e in events(run_files(path)[1], "train")]
+
+
+def test_half_precision_training_learns_as_float32_does(tmp_path: Path) -> None:
+    """bf16 autocast, and fp16 autocast with the grad scaler (both run on a CPU as on a GPU), learn the reverse
+    task: the loss falls by a clear margin, tracking float32's curve."""
+    path = prepared(tmp_path)
+    fp32 = train_losses(path, "model.dropout=0.0", max_steps=80, precision="fp32")
+    assert fp32[-1] < 0.7 * fp32[0]
+    for precision in ("bf16", "fp16"):
+        half = train_losses(path, "model.dropout=0.0", max_steps=80, precision=precision)
+        assert half == pytest.approx(fp32, rel=0.03), precision
+
+
+class HostSyncs(TorchDispatchMode):
+    """Records the operations that make the host wait for the device: reading a value (`.item()`,
+    `.tolist()`, `bool(tensor)`) and data-dependent shapes (boolean-mask indexing, `nonzero`)."""
+
+    SYNCING = {"_local_scalar_dense", "item", "is_nonzero", "nonzero", "masked_select", "unique", "equal"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.SYNCING or (name == "index" and any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else []))):
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_micro_batch_never_waits_for_the_device(tmp_path: Path, precision: str) -> None:
+    """Forward, loss and backward of a micro-batch queue GPU work without reading anything back: the target
+    positions come with the batch, padding is masked by multiplication, sums stay on the device."""
+    from mtx import distributed
+    from mtx.batching import collate
+    from mtx.train import Trainer
+
+    trainer = Trainer(recipe(prepared(tmp_path), precision=precision), distributed.setup("cpu"))
+    (_, indices), *_ = trainer.plan.updates(1)
+    batch = collate(trainer.train_split, indices[0])
+    assert bool((batch.tgt_out == 0).any())  # the batch has target padding to skip
+    with HostSyncs() as syncs:
+        sums = trainer._forward_backward(batch, scale=1.0 / batch.n_tgt_tokens, sync=True)
+    assert syncs.seen == []
+    assert sums.shape == (2,) and trainer.model.tgt_embed.weight.grad is not None
+
+
+def test_compiled_training_matches_eager_without_compiling_each_shape(tmp_path: Path) -> None:
+    """`train.compile: true`: updates over batches of changing shapes give eager training's losses and
+    gradient norms, from one compiled graph (dynamic shapes) rather than one per shape. Inductor generates
+    and builds C++ here as it generates Triton on a GPU: the slowest fast test (most of it compilation)."""
+    import torch._dynamo
+
+    from mtx import distributed
+    from mtx.batching import collate
+    from mtx.train import Trainer
+
+    path = prepared(tmp_path)
+    settings = dict(max_steps=6, log_every=1, validate_every=1000, save_every=1000)
+    train(recipe(path, "model.dropout=0.0", **settings))
+    eager = events(run_files(path)[1], "train")
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    trainer = Trainer(recipe(path, "model.dropout=0.0", compile=True, **settings), distributed.setup("cpu"),
+                      restart=True)
+    shapes = {(collated.src.shape, collated.tgt_in.shape) for _, batches in islice(trainer.plan.updates(1), 6)
+              for collated in (collate(trainer.train_split, b) for b in batches)}
+    assert len(shapes) >= 4  # the six updates have batches of several shapes
+    trainer.fit()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    compiled = events(run_files(path)[1], "train")
+    for key in ("loss", "grad_norm"):
+        assert [e[key] for e in compiled] == pytest.approx([e[key] for e in eager], rel=1e-3), key
+
+
+def test_dist_timeout_reaches_both_process_groups(tmp_path: Path, monkeypatch) -> None:
+    """train.dist_timeout bounds how long ranks wait for one another (the default group and the gloo group
+    the trainer agrees on), so a rank that never arrives fails the run instead of hanging it."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from mtx import distributed
+
+    joined: list[dict] = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda **kwargs: joined.append(kwargs))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    path = write_recipe(tmp_path, base_recipe(tmp_path, 50, 5))
+    config = recipe(path, dist_timeout="90s").train
+    ctx = distributed.setup("cpu", parse_duration(config.dist_timeout, "train.dist_timeout"))
+    distributed.teardown()
+    assert (ctx.rank, ctx.world) == (1, 2)
+    assert joined == [{"backend": "gloo", "timeout": timedelta(seconds=90)}]
+    with pytest.raises(MtxError, match=r"train.dist_timeout = '0s' must be a positive duration"):
+        recipe(path, dist_timeout="0s")
