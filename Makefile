@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 DEMO   := runs/demo
 
-.PHONY: install test test-fast test-slow lint demo bench clean
+.PHONY: install test test-fast test-slow lint demo bench gpu-check clean
 
 install: $(STAMP)
 
@@ -50,6 +50,14 @@ bench: install
 	OMP_WAIT_POLICY=PASSIVE .bench-venv/bin/python bench/model.py
 	OMP_WAIT_POLICY=PASSIVE .bench-venv/bin/python bench/train.py
 	OMP_WAIT_POLICY=PASSIVE .bench-venv/bin/python bench/translate.py
+
+# The one prepared device check (bench/gpu_check.py): JSON lines, at most 8 minutes on one GPU. It runs from the
+# source tree with whatever Python has torch (a GPU machine's own, no `make install`); DEVICE=cpu runs it small.
+DEVICE ?= cuda
+GPU_CHECK_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+
+gpu-check:
+	OMP_WAIT_POLICY=PASSIVE $(GPU_CHECK_PYTHON) bench/gpu_check.py --device $(DEVICE) $(if $(OUT),--out $(OUT))
 
 clean:
 	rm -rf $(VENV) .bench-venv runs .pytest_cache .ruff_cache

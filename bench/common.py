@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -166,6 +167,79 @@ def train_matmul_flops(cfg: ModelConfig, vocab: int, src_lens: Sequence[int], tg
         decoder = 2 * t * (6 * d * d + 2 * d * f) + 4 * s * d * d + 4 * t * t * d + 4 * t * s * d
         forward += cfg.layers_enc * encoder + cfg.layers_dec * decoder + 2 * t * d * vocab
     return 3.0 * forward
+
+
+def train_model_flops(cfg: ModelConfig, vocab: int, src_lens: Sequence[int], tgt_lens: Sequence[int]) -> float:
+    """Model FLOPs of one training step (forward + backward) as PaLM counts them for MFU (Chowdhery et al.,
+    2022, appendix B): 6 FLOPs per parameter a token passes through, plus attention's two matmuls, with no
+    recomputation counted, over the real (non-pad) tokens (EOS / BOS included).
+
+    Why 6: a (D_in → D_out) matrix applied to one token costs 2·D_in·D_out FLOPs forward (a multiply and an
+    add per weight) and twice that backward (gradients with respect to the input and to the weight), so each
+    parameter costs 6 FLOPs per token it is applied to: PaLM's 6·N per token of a decoder-only model of N
+    parameters. Biases and LayerNorm weights are counted too, as part of N (a few per d_model against d_model
+    per row of a matrix). An encoder-decoder applies different parameters to different tokens, so each group
+    is multiplied by the tokens it sees:
+
+      source tokens (Σ s):  the encoder layers' parameters, and every decoder layer's cross-attention K/V
+                            projection, which is applied to the encoder output, i.e. once per source token;
+      target tokens (Σ t):  the rest of the decoder layers' parameters, and the output projection (V·D: the
+                            embedding matrix used as a matmul; embedding lookups are not matmuls and are free).
+
+    Attention's score and value matmuls (QKᵀ and AV) have no parameters: forward, a query attending to n keys
+    costs 2·n·D for QKᵀ and 2·n·D for AV (over all heads, H·Dh = D), 4·n·D, so 12·n·D with the backward. This
+    is PaLM's 12·L·H·Q·T per token with T the attended length; the decoder's causal self-attention is counted in
+    full, as PaLM does, although half of its scores are masked. Per sentence of s source and t target tokens:
+
+      encoder self-attention:   L_enc · 12·s·s·D
+      decoder self-attention:   L_dec · 12·t·t·D
+      cross-attention:          L_dec · 12·t·s·D
+
+    So, with P_enc / P_dec the parameters of all encoder / decoder layers and P_kv those of the decoder's
+    cross-attention K/V projections (2·D·D + 2·D per layer):
+
+      FLOPs = 6·(P_enc + P_kv)·Σ s + 6·(P_dec − P_kv + V·D)·Σ t + 12·D·Σ (L_enc·s² + L_dec·(t² + t·s))
+
+    `train_matmul_flops` counts the same matmuls weight by weight, leaving biases and LayerNorm out, which is
+    all that tells the two apart.
+    """
+    with torch.device("meta"):
+        model = Transformer(cfg, vocab)
+    p_enc = sum(p.numel() for p in model.encoder_layers.parameters())
+    p_dec = sum(p.numel() for p in model.decoder_layers.parameters())
+    p_kv = sum(p.numel() for layer in model.decoder_layers for p in layer.cross_attn.kv_proj.parameters())
+    s_sum, t_sum = float(sum(src_lens)), float(sum(tgt_lens))
+    attended = sum(cfg.layers_enc * s * s + cfg.layers_dec * (t * t + t * s)
+                   for s, t in zip(src_lens, tgt_lens, strict=True))
+    return 6.0 * ((p_enc + p_kv) * s_sum + (p_dec - p_kv + vocab * cfg.d_model) * t_sum) + 12.0 * cfg.d_model * attended
+
+
+# Dense (no sparsity) bf16 tensor-core peaks from the vendors' specification sheets, in TFLOP/s: (pattern matched
+# against `torch.cuda.get_device_name()`, the part, its peak), tried in this order, so "H100 PCIe" before "H100"
+# and "L40S" before "L4". None: the part has no bf16 tensor cores. A GPU not listed has an unknown peak and so no
+# MFU, rather than a guessed one.
+PEAK_BF16_TFLOPS: list[tuple[str, str, float | None]] = [
+    (r"H200", "H200", 989.0),
+    (r"H100.*PCIe", "H100 PCIe", 756.0),
+    (r"H100(?!.*NVL)", "H100 SXM", 989.0),  # which names itself "H100 80GB HBM3"; the NVL is another part
+    (r"A100", "A100", 312.0),
+    (r"L40S", "L40S", 362.0),
+    (r"\bL4\b", "L4", 121.0),
+    (r"\bA10\b", "A10", 125.0),
+    (r"RTX 4090", "RTX 4090", 165.0),
+    (r"V100", "V100", None),
+    (r"\bT4\b", "T4", None),
+]
+
+
+def peak_bf16_tflops(device_name: str) -> tuple[float | None, str]:
+    """The GPU's dense bf16 peak (TFLOP/s) by its name, and where that figure comes from (or why there is none)."""
+    for pattern, part, peak in PEAK_BF16_TFLOPS:
+        if re.search(pattern, device_name):
+            if peak is None:
+                return None, f"the {part} has no bf16 tensor cores"
+            return peak, f"{part} specification, dense bf16"
+    return None, f"no specification figure for {device_name!r} in bench/common.py's PEAK_BF16_TFLOPS"
 
 
 # ------------------------------------------------------------------------------- the Marian (HF) twin
