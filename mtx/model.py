@@ -181,7 +181,8 @@ class LayerNorm(nn.LayerNorm):
     """
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x.float(), self.normalized_shape, self.weight, self.bias, self.eps).to(x.dtype)
+        weight, bias = self.weight.float(), self.bias.float()  # no-ops unless the whole model was cast
+        return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps).to(x.dtype)
 
 
 class Residual(nn.Module):

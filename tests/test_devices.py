@@ -70,3 +70,11 @@ def test_half_precision_model_keeps_the_sensitive_parts_in_float32(dtype: torch.
     assert out.dtype == dtype
     torch.testing.assert_close(out.float(), torch.nn.functional.layer_norm(x.float(), (model.cfg.d_model,)),
                                atol=1e-2, rtol=0)
+
+
+def test_a_model_cast_whole_to_half_precision_still_runs() -> None:
+    """`model.to(torch.bfloat16)` by hand (LayerNorm weights cast too) still computes LayerNorm in float32."""
+    model = tiny_model().to(torch.bfloat16)
+    src = torch.randint(4, 50, (2, 5))
+    logits = model(src, src == 0, src)
+    assert logits.dtype == torch.bfloat16 and bool(logits.isfinite().all())
