@@ -58,8 +58,9 @@ def synchronize(device: torch.device) -> None:
 
 def emit(name: str, config: dict[str, Any], samples: Sequence[float], units: str, **extra: Any) -> None:
     """One measurement as one JSON line on stdout: the median of `samples`, their count and spread."""
-    record = {"name": name, "config": config, "median": _round(statistics.median(samples)), "repeats": len(samples),
-              "min": _round(min(samples)), "max": _round(max(samples)), "units": units, **extra}
+    record = {"name": name, "config": config, "median": significant(statistics.median(samples)),
+              "repeats": len(samples), "min": significant(min(samples)), "max": significant(max(samples)),
+              "units": units, **extra}
     print(json.dumps(record), flush=True)
 
 
@@ -70,11 +71,12 @@ def emit_skip(name: str, reason: str, config: dict[str, Any] | None = None) -> N
 
 def emit_info(name: str, **fields: Any) -> None:
     """A fact about the run that is not a timing (a correctness check, a derived ratio against a bar)."""
-    print(json.dumps({"name": name, **{k: _round(v) if isinstance(v, float) else v for k, v in fields.items()}}),
+    print(json.dumps({"name": name, **{k: significant(v) if isinstance(v, float) else v for k, v in fields.items()}}),
           flush=True)
 
 
-def _round(x: float) -> float:
+def significant(x: float) -> float:
+    """Five significant digits: what a JSON line shows of a figure."""
     return float(f"{x:.5g}")
 
 

@@ -54,7 +54,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from common import emit, emit_info, emit_skip  # noqa: E402  (after the path set-up above)
+from common import emit, emit_info, emit_skip, significant  # noqa: E402  (after the path set-up above)
 
 STAGES = ("cuda_tests", "train_speed", "demo", "translate_speed", "torchrun")
 # Seconds each stage is planned to take. A stage may use the time the earlier ones left unused, but never the
@@ -485,11 +485,6 @@ def autocast(config: dict[str, Any]):
     import torch
 
     return torch.bfloat16 if config["precision"] == "bf16" else None
-
-
-def significant(x: float) -> float:
-    """Five significant digits, as common.emit rounds its figures."""
-    return float(f"{x:.5g}")
 
 
 def free_memory(device) -> None:

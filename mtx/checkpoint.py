@@ -57,14 +57,9 @@ def make_checkpoint(model: torch.nn.Module, tokenizer_json: str, recipe: dict[st
 def _on_cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """`state` on the CPU, where names that share one tensor (the tied embedding and output matrix: three
     names, one matrix) still share one, so `torch.save` stores it once."""
-    copies: dict[tuple, torch.Tensor] = {}
-    moved = {}
-    for name, tensor in state.items():
-        key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.device)
-        if key not in copies:
-            copies[key] = tensor.detach().cpu()
-        moved[name] = copies[key]
-    return moved
+    aliases = _aliases(state)
+    moved = {name: tensor.detach().cpu() for name, tensor in state.items() if name not in aliases}
+    return {name: moved[aliases.get(name, name)] for name in state}
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -64,25 +64,14 @@ def check_bf16(device: torch.device, flag: str) -> None:
                        "use fp16 or auto, which picks fp16 on this GPU.")
 
 
-def training_autocast(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of `train.precision` (None: float32). `auto` is float32 on a CPU, half on a GPU."""
-    if precision == "fp32" or (precision == "auto" and device.type == "cpu"):
-        return None
-    if precision == "auto":
-        return half_dtype(device)
-    if precision == "bf16":
-        check_bf16(device, "train.precision")
-        return torch.bfloat16
-    return torch.float16
-
-
-def inference_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """The floating-point format of `--dtype` (not int8): `auto` is float32 on a CPU, half on a GPU."""
-    if dtype == "auto":
+def choose_dtype(requested: str, device: torch.device, flag: str) -> torch.dtype:
+    """The floating-point format of `train.precision` or `--dtype` (`flag`, named in errors): `auto` is
+    float32 on a CPU and half precision on a GPU. Training autocasts to it (float32: no autocast)."""
+    if requested == "auto":
         return torch.float32 if device.type == "cpu" else half_dtype(device)
-    if dtype == "bf16":
-        check_bf16(device, "--dtype")
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    if requested == "bf16":
+        check_bf16(device, flag)
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[requested]
 
 
 def half_precision_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:

@@ -45,10 +45,10 @@ class Dropout(nn.Module):
     """Inverted dropout: each element kept with probability 1 − p and scaled by 1 / (1 − p).
 
     On a GPU this is `F.dropout`. On a CPU, `F.dropout` draws one Bernoulli sample per element from a serial
-    generator, which cost 7% of a training update of the `small` model (bench/train.py); here each element gets
-    16 random bits instead, 64 bits per draw of the same seeded generator (3× faster forward and backward on
-    (140, 32, 256) activations), and is dropped when they fall below p · 2^16. So p is rounded to a multiple
-    of 2^-16 (0.1 becomes 0.1000061) and the scale uses the rounded value, keeping the expectation exact.
+    generator, a visible share of a training update (bench/README.md has the figures); here each element gets
+    16 random bits instead, 64 bits per draw of the same seeded generator, and is dropped when they fall below
+    p · 2^16. So p is rounded to a multiple of 2^-16 (0.1 becomes 0.1000061) and the scale uses the rounded
+    value, keeping the expectation exact.
     """
 
     def __init__(self, p: float) -> None:
@@ -65,8 +65,8 @@ class Dropout(nn.Module):
             return x * 0.0
         bits = torch.empty(x.numel() // 4 + 1, dtype=torch.int64).random_(-(2**63), None)
         bits = bits.view(torch.int16)[: x.numel()].view(x.shape)
-        # bool → uint8 → float is 5× faster than bool → float, and multiplying by a float mask 3× faster than
-        # by a bool one; the mask is what autograd keeps for the backward, as F.dropout's is.
+        # bool → uint8 → float converts faster than bool → float, and a float mask multiplies faster than a
+        # bool one; the mask is what autograd keeps for the backward, as F.dropout's is.
         keep = (bits >= dropped - 32768).view(torch.uint8).to(x.dtype).mul_(65536 / (65536 - dropped))
         return x * keep
 
@@ -82,7 +82,7 @@ def _key_padding_mask(pad: Tensor | None) -> Tensor | None:
     return None if pad is None else ~pad[:, None, None, :]
 
 
-FEW_QUERIES = 16  # queries per row up to which attention on a CPU is computed explicitly (there 5–10% faster)
+FEW_QUERIES = 16  # queries per row up to which attention on a CPU is computed explicitly (faster than SDPA there)
 
 
 def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
@@ -131,10 +131,9 @@ class MultiHeadAttention(nn.Module):
         """softmax(Q Kᵀ / √Dh) V per head, then the output projection; `mask` is True where a key may be attended.
 
         Decoding asks for a handful of queries per row: one in a step's self-attention, one per beam in its
-        cross-attention (`DecoderLayer.step`). There SDPA's CPU kernel, built for blocks of queries, costs up to
-        1.3–1.8× the explicit two matmuls and softmax (0.72 against 0.53 ms per call for the 128 rows of beam 4
-        over 32 sentences, small model, two cores), so on a CPU up to `FEW_QUERIES` of them per row are computed
-        explicitly (short sources in the encoder too). Everywhere else (training with its dropout and causal
+        cross-attention (`DecoderLayer.step`). There SDPA's CPU kernel, built for blocks of queries, costs more
+        than the explicit two matmuls and softmax (bench/README.md), so on a CPU up to `FEW_QUERIES` of them per
+        row are computed explicitly (short sources in the encoder too). Everywhere else (training with its dropout and causal
         masks, longer sequences, any GPU, whose SDPA kernels are the fast path) SDPA it is.
         """
         dropout = self.attn_dropout if self.training else 0.0
@@ -250,8 +249,8 @@ class DecoderLayer(nn.Module):
         def cross_attend(h: Tensor) -> Tensor:
             # A sentence's rows (its beams) share its encoder output, so they attend to it together: one
             # (rows per sentence, Dh) × (Dh, S) product per sentence and head, against one copy of its keys
-            # and values, instead of one (1, Dh) × (Dh, S) product per row against its own copy (beam 4 over
-            # 32 sentences of 30 tokens, one thread: 0.3–0.5 against 1.1–1.2 ms per layer and step).
+            # and values, instead of one (1, Dh) × (Dh, S) product per row against its own copy: fewer, larger
+            # products over a K-times smaller cache.
             sentences = state.cross_kv.shape[2]
             q = self.cross_attn._split_heads(self.cross_attn.q_proj(h).view(sentences, -1, h.shape[-1]))
             keys, values = state.cross_kv[layer, 0], state.cross_kv[layer, 1]
@@ -372,10 +371,9 @@ class Transformer(nn.Module):
     def output_logits(self, h: Tensor) -> Tensor:
         """The pre-softmax projection shares the target embedding matrix (§3.4); it has no bias.
 
-        Decoding on a CPU projects onto 1 MB slices of the matrix, one after the other: for the 128 rows of a
-        beam-4 step, MKL multiplies by the whole 8 MB matrix of an 8,000-type vocabulary at 3/4 the speed (12.8
-        against 9.5 ms a step, one thread, the `small` model), as its blocks of the matrix no longer stay in
-        cache. Training projects in its loss (`mtx.loss.projected_label_smoothed_loss`).
+        Decoding on a CPU projects onto 1 MB slices of the matrix, one after the other: multiplying the rows of
+        a beam step by the whole matrix of a large vocabulary at once is slower, as MKL's blocks of the matrix
+        no longer stay in cache (bench/README.md). Training projects in its loss (`mtx.loss.projected_label_smoothed_loss`).
         """
         if self.output_proj is not None:
             return self.output_proj(h)

@@ -41,7 +41,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from mtx import distributed
-from mtx.batching import Batch, BatchPlan, collate, in_background, make_batches, pair_costs
+from mtx.batching import Batch, BatchPlan, PairSource, collate, in_background, make_batches, pair_costs
 from mtx.checkpoint import (
     load_checkpoint,
     make_checkpoint,
@@ -51,7 +51,7 @@ from mtx.checkpoint import (
 )
 from mtx.config import Recipe, TrainConfig, parse_duration
 from mtx.data import load_manifest, load_split
-from mtx.devices import available_memory, training_autocast
+from mtx.devices import available_memory, choose_dtype
 from mtx.errors import MtxError, is_out_of_memory
 from mtx.files import atomic_write
 from mtx.loss import batch_loss
@@ -151,7 +151,8 @@ class Trainer:
         self._check_model_fits_memory()
         torch.manual_seed(recipe.seed)
         self.model = Transformer(recipe.model, self.tokenizer.vocab_size).to(ctx.device)
-        self.amp_dtype = training_autocast(self.cfg.precision, ctx.device)
+        dtype = choose_dtype(self.cfg.precision, ctx.device, "train.precision")
+        self.amp_dtype = None if dtype == torch.float32 else dtype  # the autocast dtype; None: none
         self.scaler = torch.amp.GradScaler(ctx.device.type, enabled=self.amp_dtype == torch.float16)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.0, betas=tuple(self.cfg.betas),
                                            eps=self.cfg.eps, weight_decay=self.cfg.weight_decay,
@@ -226,8 +227,12 @@ class Trainer:
             self._say(f"warning: {len(costs) - len(fits):,} of {len(costs):,} training pairs are longer than "
                       f"{limit} tokens (the smaller of train.max_tokens and model.max_positions) and are left out. "
                       "Run `mtx prepare RECIPE` again to drop them from the data, or raise those limits.")
-        batches = make_batches(split.src_lens[fits], split.tgt_lens[fits], self.cfg.max_tokens, self.recipe.seed)
-        return batches if len(fits) == len(costs) else [fits[b] for b in batches]
+        return self._batches_of(split, fits, self.cfg.max_tokens)
+
+    def _batches_of(self, split: PairSource, pairs: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+        """`make_batches` of the pairs `pairs` of `split`, as indices into the whole split."""
+        batches = make_batches(split.src_lens[pairs], split.tgt_lens[pairs], max_tokens, self.recipe.seed)
+        return [pairs[b] for b in batches]
 
     def _load_valid(self, manifest: dict[str, Any]) -> None:
         """The valid split for loss (pairs the model can hold, batched) and its text for BLEU, if it has one."""
@@ -242,8 +247,7 @@ class Trainer:
         costs = pair_costs(split.src_lens, split.tgt_lens)
         usable = np.flatnonzero(costs <= self.recipe.model.max_positions)
         budget = max(self.cfg.max_tokens, int(costs[usable].max(initial=1)))
-        batches = make_batches(split.src_lens[usable], split.tgt_lens[usable], budget, self.recipe.seed)
-        self.valid_batches = [usable[b] for b in batches]
+        self.valid_batches = self._batches_of(split, usable, budget)
         data, count = self.recipe.data, self.cfg.valid_max_sentences
         self.valid_sources, self.valid_refs = (
             (self.data_dir / f"valid.{lang}").read_text(encoding="utf-8").splitlines()[:count]

@@ -35,7 +35,7 @@ from typing import BinaryIO, Literal
 
 import torch
 
-from mtx.devices import DeviceName, available_memory, choose_device, half_precision_model, inference_dtype
+from mtx.devices import DeviceName, available_memory, choose_device, choose_dtype, half_precision_model
 from mtx.errors import MtxError
 from mtx.search import Hypothesis, LengthPenaltyStyle, search
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
@@ -336,7 +336,7 @@ def prepare_model(model: torch.nn.Module, device: torch.device, dtype: Dtype) ->
         with warnings.catch_warnings():  # torch.ao's deprecation notice is not the user's concern
             warnings.simplefilter("ignore")
             return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-    torch_dtype = inference_dtype(dtype, device)
+    torch_dtype = choose_dtype(dtype, device, "--dtype")
     model = model.to(device)
     return model if torch_dtype == torch.float32 else half_precision_model(model, torch_dtype)
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from test_model import tiny_model
 
-from mtx.devices import choose_device, half_precision_model, inference_dtype, training_autocast
+from mtx.devices import choose_device, choose_dtype, half_precision_model
 from mtx.errors import MtxError
 from mtx.model import LayerNorm
 
@@ -26,9 +26,8 @@ def gpu(monkeypatch):
 
 
 def test_auto_is_float32_on_a_cpu_for_both_commands() -> None:
-    assert training_autocast("auto", CPU) is None
-    assert inference_dtype("auto", CPU) == torch.float32
-    assert training_autocast("bf16", CPU) == inference_dtype("bf16", CPU) == torch.bfloat16
+    assert choose_dtype("auto", CPU, "train.precision") == choose_dtype("auto", CPU, "--dtype") == torch.float32
+    assert choose_dtype("bf16", CPU, "train.precision") == choose_dtype("bf16", CPU, "--dtype") == torch.bfloat16
 
 
 @pytest.mark.parametrize(("native", "half"), [(True, torch.bfloat16), (False, torch.float16)])
@@ -36,16 +35,16 @@ def test_auto_on_a_gpu_is_the_same_half_precision_for_both_commands(gpu, native:
     """bf16 where the GPU computes it natively; fp16 where bf16 is only emulated, for training and translation
     alike (translation used to take emulated bf16)."""
     gpu["native_bf16"] = native
-    assert training_autocast("auto", GPU) == inference_dtype("auto", GPU) == half
+    assert choose_dtype("auto", GPU, "train.precision") == choose_dtype("auto", GPU, "--dtype") == half
 
 
 def test_bf16_asked_for_on_a_gpu_that_emulates_it_is_refused_by_both(gpu) -> None:
     gpu["native_bf16"] = False
     with pytest.raises(MtxError, match=r"train.precision asks for bf16, but Tesla V100.* use fp16 or auto"):
-        training_autocast("bf16", GPU)
+        choose_dtype("bf16", GPU, "train.precision")
     with pytest.raises(MtxError, match=r"--dtype asks for bf16, but Tesla V100"):
-        inference_dtype("bf16", GPU)
-    assert training_autocast("fp16", GPU) == inference_dtype("fp16", GPU) == torch.float16
+        choose_dtype("bf16", GPU, "--dtype")
+    assert choose_dtype("fp16", GPU, "train.precision") == choose_dtype("fp16", GPU, "--dtype") == torch.float16
 
 
 def test_cuda_without_a_gpu_names_the_flag(monkeypatch) -> None:
