@@ -133,8 +133,8 @@ class MultiHeadAttention(nn.Module):
         Decoding asks for a handful of queries per row: one in a step's self-attention, one per beam in its
         cross-attention (`DecoderLayer.step`). There SDPA's CPU kernel, built for blocks of queries, costs more
         than the explicit two matmuls and softmax (bench/README.md), so on a CPU up to `FEW_QUERIES` of them per
-        row are computed explicitly (short sources in the encoder too). Everywhere else (training with its dropout and causal
-        masks, longer sequences, any GPU, whose SDPA kernels are the fast path) SDPA it is.
+        row are computed explicitly (short sources in the encoder too). Everywhere else (training with its
+        dropout and causal masks, longer sequences, any GPU, whose SDPA kernels are the fast path) SDPA it is.
         """
         dropout = self.attn_dropout if self.training else 0.0
         if q.shape[2] <= FEW_QUERIES and q.device.type == "cpu" and dropout == 0.0 and not causal:
@@ -373,7 +373,8 @@ class Transformer(nn.Module):
 
         Decoding on a CPU projects onto 1 MB slices of the matrix, one after the other: multiplying the rows of
         a beam step by the whole matrix of a large vocabulary at once is slower, as MKL's blocks of the matrix
-        no longer stay in cache (bench/README.md). Training projects in its loss (`mtx.loss.projected_label_smoothed_loss`).
+        no longer stay in cache (bench/README.md). Training projects in its loss
+        (`mtx.loss.projected_label_smoothed_loss`).
         """
         if self.output_proj is not None:
             return self.output_proj(h)
