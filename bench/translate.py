@@ -18,7 +18,8 @@ EOS, so its 31st token is free). Sentences/s and tokens/s (30 per sentence) are 
   ct2 … .parallel      the same, two batches at a time on one thread each (inter_threads 2, intra_threads 1)
 
 Before timing: mtx and Marian must give the same log-probabilities (to 1e-4) and the same greedy output;
-the share of CTranslate2's greedy outputs identical to mtx's is printed too. Then the issue's bars: mtx
+CTranslate2 float32's greedy output may leave mtx's only at a tie (two tokens within 1e-3 nats for mtx), and
+the share identical to mtx's is printed. Then the issue's bars: mtx
 beam 4 at least 2× Marian's sentences/s, and within 2× of CTranslate2 float32 in the faster of its two
 configurations (both fp32).
 """
@@ -57,6 +58,7 @@ Decoder = Callable[[int], list[list[int]]]  # beam size → the output tokens of
 
 HF_OVER_BAR = 2.0  # mtx beam 4 at least 2× HF generate's sentences/s
 CT2_WITHIN = 2.0  # and at most 2× slower than CTranslate2 float32
+GREEDY_TIE = 1e-3  # nats: two tokens this close in log-probability are a tie that float32 rounding may break
 
 
 def main() -> None:
@@ -81,7 +83,7 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as workdir:
         systems.update(peer_decoders(model, batches, args, workdir))
-        check_outputs(systems)
+        check_outputs(systems, model, batches)
         if torch.get_num_threads() != args.threads:
             raise RuntimeError(f"PyTorch runs on {torch.get_num_threads()} threads, not {args.threads}")
         config = {"preset": args.preset, "vocab": args.vocab, "sentences": args.sentences, "batch": args.batch,
@@ -196,16 +198,40 @@ def ct2_decoder(translator, batches: Batches, args: argparse.Namespace) -> Decod
     return decode
 
 
-def check_outputs(systems: dict[str, Decoder]) -> None:
-    """Every system emits 30 tokens per sentence; Marian's greedy output is mtx's, token for token."""
+def check_outputs(systems: dict[str, Decoder], model: torch.nn.Module, batches: Batches) -> None:
+    """Every system emits 30 tokens per sentence; Marian's greedy output is mtx's, token for token; CTranslate2
+    float32's differs only where two tokens tie (another float32 implementation may break a tie the other way).
+    Random weights make near-ties common, so CTranslate2 is held to ties, not to identical output."""
     reference = systems["mtx.fp32"](1)
     for name, decode in systems.items():
         outputs = reference if name == "mtx.fp32" else decode(1)
         same = sum(a == b for a, b in zip(outputs, reference, strict=True)) / len(reference)
         lengths = sorted({len(o) for o in outputs})
-        emit_info(f"{name}.greedy_check", identical_to_mtx_fp32=same, output_lengths=lengths)
+        gaps = greedy_divergence_gaps(model, batches, reference, outputs)
+        emit_info(f"{name}.greedy_check", identical_to_mtx_fp32=same, output_lengths=lengths,
+                  largest_divergence_gap=max(gaps, default=0.0))
         if name == "marian.fp32" and same < 1.0:
             raise RuntimeError(f"Marian's greedy output differs from mtx's on {1 - same:.1%} of the sentences")
+        if name.startswith("ct2.fp32") and max(gaps, default=0.0) > GREEDY_TIE:
+            raise RuntimeError(f"{name}'s greedy output leaves mtx's where mtx prefers its own token by "
+                               f"{max(gaps):.2g} nats, more than a tie ({GREEDY_TIE})")
+
+
+def greedy_divergence_gaps(model: torch.nn.Module, batches: Batches, reference: list[list[int]],
+                           outputs: list[list[int]]) -> list[float]:
+    """For each sentence where `outputs` leaves mtx's greedy `reference`: at the first token that differs,
+    how much more log-probability mtx gives its own token than the other one, after their common prefix."""
+    sources = [(src[i : i + 1], src_pad[i : i + 1]) for src, src_pad in batches for i in range(src.shape[0])]
+    gaps = []
+    with torch.inference_mode():
+        for (src, src_pad), ours, theirs in zip(sources, reference, outputs, strict=True):
+            t = next((t for t, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b), None)
+            if t is None:
+                continue
+            tgt_in = torch.tensor([[BOS, *ours[:t]]])
+            log_probs = torch.log_softmax(model(src, src_pad, tgt_in)[0, -1].float(), dim=-1)
+            gaps.append(float(log_probs[ours[t]] - log_probs[theirs[t]]))
+    return gaps
 
 
 def report_bars(beam: int, rates: dict[str, float]) -> None:

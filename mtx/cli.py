@@ -54,10 +54,15 @@ def _main(
 
 
 def fail(message: str) -> None:
-    """Print a user error and exit 1."""
-    from rich.console import Console
+    """Print a user error and exit 1.
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}", markup=True)
+    The message is printed verbatim, never read as rich markup or emoji codes: it quotes file names and
+    values, and a path like `runs/[old]/ref.de` must be shown as it is, not lose `[old]` or raise a MarkupError.
+    """
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(Text.assemble(("error:", "bold red"), " ", message))
     raise typer.Exit(1)
 
 

@@ -163,11 +163,9 @@ class Finished:
 
     def __init__(self, nbest: int) -> None:
         self.nbest = nbest
-        self.count = 0  # every hypothesis ever ended, kept or not: beam search stops at `beam` of them
         self.best: list[Hypothesis] = []
 
     def add(self, hypothesis: Hypothesis) -> None:
-        self.count += 1
         self.best.append(hypothesis)
         self.best.sort(key=lambda h: -h.score)  # stable: of equal scores, the one that ended first wins
         del self.best[self.nbest :]

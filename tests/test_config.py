@@ -3,10 +3,12 @@
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from mtx import __version__
 from mtx.config import ConfigError, load_recipe, parse_duration, parse_override
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
@@ -96,11 +98,31 @@ def test_recipe_errors_name_the_key_and_exit_1(tmp_path: Path, text, overrides, 
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 4
 
 
+# A sanity bound on the wall-clock time of `mtx --version` and `--help`, which SPEC promises well under a
+# second: generous enough for a loaded 2-core machine. Whether torch was imported is checked directly.
+HELP_SECONDS = 5.0
+
+
 def test_version_and_help_are_fast_and_torch_free() -> None:
+    """`mtx --version` and the help pages must start at once: importing torch or datasets for them would cost
+    seconds on every call. `python -X importtime` lists every module the real command imports."""
     code = "import sys; from mtx import cli, config; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
-    result = run_mtx("--version")
-    assert result.returncode == 0 and result.stdout.startswith("mtx ")
+
+    for args, expected in [(["--version"], f"mtx {__version__}\n"), (["--help"], "Example: mtx prepare"),
+                           (["translate", "--help"], "Example: mtx translate")]:
+        started = time.perf_counter()
+        result = subprocess.run([sys.executable, "-X", "importtime", "-m", "mtx", *args], capture_output=True,
+                                text=True, timeout=120)
+        seconds = time.perf_counter() - started
+
+        assert result.returncode == 0, result.stderr
+        assert expected in result.stdout, args
+        imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                    if line.startswith("import time:")}
+        assert "mtx.cli" in imported, args  # the import log is really there
+        assert not {name for name in imported if name.split(".")[0] in ("torch", "datasets")}, args
+        assert seconds < HELP_SECONDS, (args, seconds)
 
 
 def test_shipped_recipes_match_the_paper() -> None:

@@ -9,13 +9,18 @@ import pickle
 import random
 import subprocess
 import sys
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import yaml
 from rich.console import Console
 
+import mtx.data
+import mtx.sources
 from mtx.config import load_recipe
 from mtx.data import load_manifest, load_split, prepare
 from mtx.errors import MtxError
@@ -131,17 +136,54 @@ def test_valid_and_test_are_normalized_but_never_filtered(prepared_files) -> Non
     assert not (data_dir / "work").exists()
 
 
-def test_rerun_is_a_no_op_unless_the_data_section_or_inputs_change(prepared_files) -> None:
-    tmp_path, _ = prepared_files
-    recipe = str(tmp_path / "recipe.yaml")
-    manifest = tmp_path / "run" / "data" / "manifest.json"
-    before = manifest.stat().st_mtime_ns
-    again = _mtx("prepare", recipe, "--set", "train.max_steps=7", "--workers", "1", cwd=tmp_path)
-    assert again.returncode == 0 and "up to date" in again.stderr
-    assert manifest.stat().st_mtime_ns == before
-    changed = _mtx("prepare", recipe, "--set", "data.filter.max_ratio=0", "--workers", "1", cwd=tmp_path)
-    assert changed.returncode == 0, changed.stderr
-    assert json.loads(manifest.read_text())["filter"]["dropped"]["ratio"] == 0
+def _replace_in_file(path: Path, old: bytes, new: bytes, mtime_ns: int) -> None:
+    """Replace `old` by `new` in `path`, then set its modification time to `mtime_ns`."""
+    content = path.read_bytes()
+    assert content.count(old) == 1, f"{old!r} must occur once in {path}"
+    path.write_bytes(content.replace(old, new))
+    os.utime(path, ns=(path.stat().st_atime_ns, mtime_ns))
+
+
+def test_rerun_is_a_no_op_unless_the_data_section_or_inputs_change(tmp_path: Path) -> None:
+    """The fingerprint is the data section, model.max_positions and each input file's size and modification time
+    (as make and rsync judge staleness, without reading a corpus on every run). So each is changed alone: a
+    fingerprint that missed one would serve data prepared from other inputs or another recipe. Content changed
+    with both size and time restored is, by that design, not noticed, and not tested."""
+    path = _recipe(tmp_path, _files_source(tmp_path))
+    data_dir = tmp_path / "run" / "data"
+    manifest_path = data_dir / "manifest.json"
+
+    def reprepare(*overrides: str) -> bool:
+        """Whether prepare rebuilt the data, after checking that what it said matches what it did."""
+        before = data_dir.stat().st_ino, manifest_path.stat().st_mtime_ns
+        _, printed = _prepare_quietly(path, *overrides)
+        reused = "up to date" in printed
+        # a rebuild renames a new folder into place while the old one still exists: another inode
+        assert reused == ((data_dir.stat().st_ino, manifest_path.stat().st_mtime_ns) == before), printed
+        return not reused
+
+    _prepare_quietly(path)
+    assert not reprepare()
+    assert not reprepare("train.max_steps=7", "model.dropout=0.3")  # not part of the data
+
+    assert reprepare("data.filter.max_ratio=0")
+    assert load_manifest(data_dir)["filter"]["dropped"]["ratio"] == 0
+    assert reprepare()  # the recipe as it was: the data of max_ratio=0 is stale again
+    assert load_manifest(data_dir)["filter"]["dropped"]["ratio"] == EXPECTED_DROPS["ratio"]
+
+    # the same size, a new modification time
+    train_en = tmp_path / "train.en"
+    _replace_in_file(train_en, b"we see the house", b"we saw the house", train_en.stat().st_mtime_ns + 10**9)
+    assert reprepare()
+    assert ("we saw the house", "wir sehen das Haus") in _decoded(data_dir, "train")
+    assert not reprepare()
+
+    # another size, the modification time restored
+    test_de = tmp_path / "test.de"
+    _replace_in_file(test_de, b"ein Satz", b"ein langer Satz", test_de.stat().st_mtime_ns)
+    assert reprepare()
+    assert [t for _, t in _decoded(data_dir, "test")] == ["der Hund schläft", "ein langer Satz"]
+    assert not reprepare()
 
 
 def test_tsv_source_counts_malformed_lines(tmp_path: Path) -> None:
@@ -246,7 +288,7 @@ def test_pairs_longer_than_max_positions_are_dropped_from_train_only(tmp_path: P
                   str(_write(tmp_path / "valid.de", [t for _, t in valid]))],
     }}
     path = _recipe(tmp_path, source)
-    manifest, printed = _prepare_quietly(path, "model.max_positions=64", workers=2)
+    manifest, printed = _prepare_quietly(path, "model.max_positions=64")
     limit, data_dir = 64, tmp_path / "run" / "data"
     assert manifest["filter"]["max_positions"] == limit
     assert manifest["filter"]["dropped"] == {**{name: 0 for name in EXPECTED_DROPS}, "max_positions": len(long)}
@@ -263,6 +305,107 @@ def test_pairs_longer_than_max_positions_are_dropped_from_train_only(tmp_path: P
     manifest, printed = _prepare_quietly(path, "model.max_positions=1024")  # the limit is in the fingerprint
     assert "up to date" not in printed
     assert manifest["filter"]["dropped"]["max_positions"] == 0 and manifest["filter"]["kept"] == len(train)
+
+
+CHUNK = 7  # pairs per chunk in the chunked prepare: neither pair count below is a multiple, so chunks end unevenly
+
+
+def _chunked_corpus() -> tuple[list[tuple[bytes, bytes]], list[tuple[str, str]], dict[str, int]]:
+    """(training pairs, the pairs prepare keeps of them in order, its drops by filter) for CHUNK-pair chunks.
+
+    Every filter drops a line at or beside a chunk boundary, and duplicates sit just after a boundary (their
+    original just before it), several chunks on, in the last (partial) chunk and within a chunk. The unspaced
+    lines are over the test's max_positions of 64 BPE tokens, so the encoder's chunks drop pairs too.
+    """
+    rng = random.Random(0)
+    unspaced = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(300)).encode() for _ in range(4)]
+    dropped = {13: TRAIN[4][:2], 14: TRAIN[5][:2], 20: TRAIN[6][:2], 21: TRAIN[7][:2], 40: TRAIN[8][:2],
+               27: (unspaced[0], b"kurz"), 28: (b"short", unspaced[1]), 50: (unspaced[2], unspaced[3])}
+    duplicate_of = {7: 6, 30: 3, 60: 3, 17: 15, 45: 10}
+    train: list[tuple[bytes, bytes]] = []
+    kept: list[tuple[str, str]] = []
+    for i in range(61):
+        if i in dropped:
+            train.append(dropped[i])
+        elif i == 10:  # "the cat sleeps" spaced oddly, and at 45 with a decomposed ä: one pair once normalized
+            train.append(TRAIN[1][:2])
+            kept.append(("the cat sleeps", "die Katze schläft"))
+        elif i in duplicate_of:
+            train.append(TRAIN[3][:2] if i == 45 else train[duplicate_of[i]])
+        else:
+            train.append((f"sentence number {i}".encode(), f"Satz Nummer {i}".encode()))
+            kept.append((f"sentence number {i}", f"Satz Nummer {i}"))
+    assert any(i % CHUNK == 0 and j == i - 1 for i, j in duplicate_of.items())  # the two sides of a boundary
+    assert any(i // CHUNK - j // CHUNK > 1 for i, j in duplicate_of.items())  # chunks apart
+    assert len(train) % CHUNK and len(kept) % CHUNK and (len(kept) + 3) % CHUNK  # uneven last chunks
+    return train, kept, {**EXPECTED_DROPS, "duplicate": len(duplicate_of), "max_positions": 3}
+
+
+def _spy_on_chunks(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[list[int]]]:
+    """Record the sizes of the chunks each stage of prepare hands to `_ordered_map` (which runs them on the
+    workers), per stage and split, so a test can see the chunking it meant to cause did happen."""
+    seen: dict[str, list[list[int]]] = {}
+    ordered_map = mtx.data._ordered_map
+
+    def spy(fn: Callable[..., Any], jobs: Iterable[tuple[Any, ...]], pool: Executor | None, workers: int
+            ) -> Iterator[Any]:
+        jobs = list(jobs)
+        sizes = [len(job[0][0]) if fn is mtx.data._encode_chunk else len(job[0]) for job in jobs]
+        seen.setdefault(fn.__name__, []).append(sizes)
+        return ordered_map(fn, jobs, pool, workers)
+
+    monkeypatch.setattr(mtx.data, "_ordered_map", spy)
+    return seen
+
+
+def test_chunk_boundaries_change_nothing_in_the_prepared_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """Prepare cleans and encodes a chunk at a time (10,000 pairs) and joins the chunks: their order, the token
+    offsets that run on across chunks, the counts summed over chunks and dedup, which must find a duplicate in
+    any chunk, are only exercised when a corpus spans chunks. So the same corpus is prepared in one chunk and
+    in chunks of CHUNK pairs, on two workers (whose results may arrive out of order), and must give the same
+    bytes.
+    """
+    train, kept, drops = _chunked_corpus()
+    valid = [(f"hello {i}".encode(), f"hallo {i}".encode()) for i in range(10)]
+    valid[2], valid[7], valid[8] = (b"bad \xfe", b"schlecht"), (b"", b""), (b"x", b"y \xff")
+    source = {"files": {
+        "train": [str(_write(tmp_path / "train.en", [s for s, _ in train])),
+                  str(_write(tmp_path / "train.de", [t for _, t in train]))],
+        "valid": [str(_write(tmp_path / "valid.en", [s for s, _ in valid])),
+                  str(_write(tmp_path / "valid.de", [t for _, t in valid]))],
+    }}
+    path = _recipe(tmp_path, source)
+    chunks = _spy_on_chunks(monkeypatch)
+    whole, _ = _prepare_quietly(path, "model.max_positions=64", f"run_dir={tmp_path / 'whole'}")
+    assert chunks == {"_clean_chunk": [[len(train)], [len(valid)]],
+                      "_encode_chunk": [[len(kept) + drops["max_positions"]], [len(valid)]]}
+
+    chunks.clear()
+    monkeypatch.setattr(mtx.sources, "CHUNK_PAIRS", CHUNK)  # reading the sources
+    monkeypatch.setattr(mtx.data, "CHUNK_PAIRS", CHUNK)  # reading the cleaned text to encode it
+    chunked, _ = _prepare_quietly(path, "model.max_positions=64", f"run_dir={tmp_path / 'chunked'}", workers=2)
+
+    assert chunked["filter"]["dropped"] == whole["filter"]["dropped"] == drops
+    assert chunked["splits"]["valid"]["invalid_utf8_replaced"] == 2
+    for manifest in (whole, chunked):
+        del manifest["seconds"]
+    assert chunked == whole
+    files = {f.name for f in (tmp_path / "whole" / "data").iterdir()}
+    assert files == {f.name for f in (tmp_path / "chunked" / "data").iterdir()}
+    for name in sorted(files - {"manifest.json"}):
+        assert (tmp_path / "chunked" / "data" / name).read_bytes() == (tmp_path / "whole" / "data" / name
+                                                                        ).read_bytes(), name
+    assert _decoded(tmp_path / "chunked" / "data", "train") == kept
+    assert [s for s, _ in _decoded(tmp_path / "chunked" / "data", "valid")] == [
+        "bad \ufffd" if i == 2 else "" if i == 7 else "x" if i == 8 else f"hello {i}" for i in range(10)]
+
+    def sizes(pairs: int) -> list[int]:
+        return [CHUNK] * (pairs // CHUNK) + [pairs % CHUNK]
+
+    # the patches reached both stages: otherwise the comparison above proved nothing
+    assert chunks == {"_clean_chunk": [sizes(len(train)), sizes(len(valid))],
+                      "_encode_chunk": [sizes(len(kept) + drops["max_positions"]), sizes(len(valid))]}
 
 
 @pytest.mark.parametrize("case", ["missing", "misaligned", "empty", "too_long", "unknown_dataset"])

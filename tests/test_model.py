@@ -1,5 +1,8 @@
 """Invariants of the Transformer: sizes, incremental decoding, causality, padding."""
 
+import copy
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +16,7 @@ from mtx.model import (
     count_parameters_for,
     explicit_attention,
 )
+from mtx.translate import prepare_model
 
 VOCAB = 50
 
@@ -176,30 +180,93 @@ def test_dropout_only_in_training() -> None:
 def test_repeated_reorders_grow_shrink_and_recycle_buffers() -> None:
     """Beam search reorders every step, expands the batch at the start and shrinks it as sentences finish.
 
-    Every row is fed its own tokens, so a row that inherited the wrong parent's cache would show.
+    Every row is fed its own tokens, so a row that inherited the wrong parent's cache would show. Once a state
+    holds a spare buffer big enough, a reorder gathers into it rather than allocating: after the grow and the
+    first reorder at four rows, the states take turns between the same two buffers, shrinking included. Every
+    state is kept alive, so a freshly allocated buffer could not reuse a freed one's address.
     """
     model = tiny_model()
     src, src_pad = batch(lengths=(6, 3))
     g = torch.Generator().manual_seed(8)
+    states = []
     with torch.no_grad():
         state = model.init_state(model.encode(src, src_pad), src_pad, max_len=8)
         history = torch.randint(4, VOCAB, (2, 1), generator=g)
         model.decode_step(history[:, 0], state)
         sentence = torch.tensor([0, 0, 1, 1])
         state, history = state.reorder(sentence), history[sentence]  # grow: two beams per sentence
+        states.append(state)
         for idx in ([1, 0, 3, 2], [0, 0, 2, 3], [1, 1, 3, 2]):
             token = torch.randint(4, VOCAB, (4,), generator=g)
             model.decode_step(token, state)
             idx = torch.tensor(idx)
             state = state.reorder(idx)  # among the beams of each sentence
+            states.append(state)
             history, sentence = torch.cat([history, token[:, None]], 1)[idx], sentence[idx]
         keep = torch.tensor([0, 3])  # shrink: one beam of each sentence goes on
         state, history, sentence = state.reorder(keep, torch.tensor([0, 1])), history[keep], sentence[keep]
+        states.append(state)
         tail = torch.randint(4, VOCAB, (2, 3), generator=g)
         got = [model.decode_step(tail[:, t], state)[0] for t in range(3)]
         full = torch.cat([history, tail], 1)
         expected = torch.log_softmax(model(src[sentence], src_pad[sentence], full), dim=-1)[:, 4:]
     torch.testing.assert_close(torch.stack(got, dim=1), expected, atol=1e-5, rtol=0)
+
+    def buffer(t: torch.Tensor) -> int:
+        return t.untyped_storage().data_ptr()
+
+    # states[0] is the grow (a new buffer: the initial one has two rows); states[1] finds that two-row buffer
+    # as its spare, too small, and allocates the second one; from states[2] on, each reorder recycles.
+    for before, after in itertools.pairwise(states[1:]):
+        assert buffer(after.self_kv) == buffer(before.spare)
+        assert buffer(after.spare) == buffer(before.self_kv)
+    assert len({buffer(s.self_kv) for s in states}) == 2
+
+
+# A vocabulary whose float32 embedding matrix spans two and a half of output_logits's 1 MiB slices on a CPU
+# (one and a quarter in bfloat16), so the last slice is partial.
+SLICED_D, SLICED_VOCAB = 256, 2560
+
+
+def sliced_model() -> Transformer:
+    torch.manual_seed(0)
+    cfg = resolve_model(ModelConfig(preset="tiny", d_model=SLICED_D, heads=4, d_ff=64, layers_enc=1,
+                                    layers_dec=1, max_positions=64))
+    return Transformer(cfg, SLICED_VOCAB).eval()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sliced_output_projection_equals_one_matmul(dtype: torch.dtype) -> None:
+    """Decoding on a CPU projects onto the embedding matrix a slice at a time; the slices, the partial last
+    one included, must put together exactly the logits of one F.linear over the whole matrix, for a decoding
+    step's (B, 1, D) states and for flat (N, D) ones."""
+    model = sliced_model().to(dtype)
+    weight = model.tgt_embed.weight
+    assert weight.numel() * weight.element_size() > 2**20  # more than one slice
+    assert (weight.numel() * weight.element_size()) % 2**20  # the last slice is partial
+    g = torch.Generator().manual_seed(1)
+    for shape in ((6, 1, SLICED_D), (11, SLICED_D)):
+        h = torch.randn(shape, generator=g).to(dtype)
+        with torch.no_grad():
+            torch.testing.assert_close(model.output_logits(h), F.linear(h, weight))
+
+
+def test_int8_output_projection_multiplies_by_the_dequantized_matrix() -> None:
+    """With the int8 output projection of `--dtype int8`, output_logits is h times the int8 matrix
+    dequantized. Dynamic quantization also rounds h to an 8-bit grid, which represents 0 and a row's one
+    non-zero value exactly, so for states c · e_j the only difference from the dequantized product is float
+    rounding, far below the int8 weights' own rounding that the float32 matrix would show."""
+    fp32 = sliced_model()
+    int8 = prepare_model(copy.deepcopy(fp32), torch.device("cpu"), "int8")
+    assert int8.output_proj is not None
+    dequantized = int8.output_proj.weight().dequantize()
+    h = torch.zeros(5, 1, SLICED_D)
+    h[torch.arange(5), 0, torch.tensor([0, 7, 100, 255, 31])] = 1.0  # c = 1
+    with torch.no_grad():
+        got, exact = int8.output_logits(h), fp32.output_logits(h)
+    torch.testing.assert_close(got, F.linear(h, dequantized), atol=1e-5, rtol=0)
+    assert (got - exact).abs().max() > 1e-4  # the weights really are int8
+    torch.testing.assert_close(got, exact, atol=0.01, rtol=0)  # and still the same matrix
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])

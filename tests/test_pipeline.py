@@ -54,6 +54,16 @@ def test_run_directory_describes_itself(run: Path) -> None:
     assert any("valid_bleu" in e for e in events) and events[-1]["step"] == 60
 
 
+def test_the_model_learned(run: Path) -> None:
+    """Through the real CLI the run learns: the train loss falls well below where it started, and the valid
+    loss falls between the two validations."""
+    events = [json.loads(line) for line in (run / "runs/pipeline/metrics.jsonl").read_text().splitlines()]
+    train = [e["loss"] for e in events if e["event"] == "train"]
+    valid = [e["valid_loss"] for e in events if e["event"] == "valid"]
+    assert len(train) == 6 and train[-1] < 0.8 * train[0]
+    assert len(valid) == 2 and valid[1] < 0.97 * valid[0]
+
+
 def test_translate_and_score_through_pipes(run: Path) -> None:
     test_en, test_de = run / "runs/pipeline/data/test.en", run / "runs/pipeline/data/test.de"
     source = test_en.read_text(encoding="utf-8")
@@ -63,11 +73,22 @@ def test_translate_and_score_through_pipes(run: Path) -> None:
     assert len(from_file.splitlines()) == len(source.splitlines()) == 40
     card = json.loads(mtx("score", "-r", str(test_de), "--json", "--metrics", "bleu,chrf", stdin=from_file,
                           cwd=run).stdout)
-    assert 0 <= card["bleu"] <= 100 and "chrf" in card and card["signature"]
+    from sacrebleu.metrics import BLEU, CHRF
+
+    hyps, refs = from_file.splitlines(), [test_de.read_text(encoding="utf-8").splitlines()]
+    bleu = BLEU()
+    assert card["bleu"] == pytest.approx(bleu.corpus_score(hyps, refs).score, abs=1e-9)
+    assert card["chrf"] == pytest.approx(CHRF().corpus_score(hyps, refs).score, abs=1e-9)
+    assert card["signature"] == str(bleu.get_signature())
 
 
 def test_train_again_resumes_and_does_nothing_more(run: Path) -> None:
-    before = (run / "runs/pipeline/checkpoints/last.pt").stat().st_mtime_ns
+    """A finished run started again resumes at its last step, finds train.max_steps reached and writes nothing:
+    no checkpoint, no metrics line. The whole message is checked, since a bare 60 is also max_steps and would be
+    printed whatever happened."""
+    checkpoints, metrics = run / "runs/pipeline/checkpoints", run / "runs/pipeline/metrics.jsonl"
+    before = {p.name: p.stat().st_mtime_ns for p in checkpoints.iterdir()}, metrics.read_bytes()
     result = mtx("train", "recipe.yaml", cwd=run)
-    assert (run / "runs/pipeline/checkpoints/last.pt").stat().st_mtime_ns == before
-    assert "60" in result.stderr
+    assert ({p.name: p.stat().st_mtime_ns for p in checkpoints.iterdir()}, metrics.read_bytes()) == before
+    said = " ".join(result.stderr.split())  # the console wraps long lines
+    assert "Nothing to do: train.max_steps = 60 reached at step 60." in said, result.stderr

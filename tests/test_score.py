@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from sacrebleu.metrics import BLEU
 
 from mtx.errors import MtxError
-from mtx.score import corpus_bleu, paper_tokenize, print_table, score, score_files
+from mtx.score import check_min_bleu, corpus_bleu, paper_tokenize, print_table, score, score_files
 
 SACREBLEU = str(Path(sys.executable).parent / "sacrebleu")
 
@@ -41,6 +45,34 @@ HYPOTHESES = [
     "Sie wusste es nicht.",
 ]
 
+# Chinese has no spaces between words: sacreBLEU's zh tokenizer splits it into characters, 13a leaves each
+# sentence nearly one token, so the two tokenizers give far apart scores here.
+ZH_REFERENCES = ["我们明天去北京开会。", "这本书非常有意思。", "他昨天没有来上班，因为他生病了。"]
+ZH_HYPOTHESES = ["我们明天到北京去开会。", "这本书很有意思。", "他昨天没来上班，因为他病了。"]
+
+# How far above or below a score the gate tests set --min-bleu: far less than the fixture's scores differ by
+# (BLEU, chrF, the paper's BLEU), far more than floating-point noise.
+GATE_MARGIN = 0.01
+
+# print_table's output for the result in test_the_table_shows_every_score_its_baseline_and_signatures.
+TABLE = """\
+3 sentences, 2 reference(s)
+┏━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━┓
+┃ metric                  ┃  score ┃ baseline ┃ p-value ┃
+┡━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━┩
+│ BLEU                    │   5.12 │     4.00 │  0.0123 │
+│ chrF2                   │  41.50 │    40.00 │  1.0000 │
+│ TER                     │ 100.00 │          │         │
+│ BLEU (paper, tokenized) │   6.00 │          │         │
+└─────────────────────────┴────────┴──────────┴─────────┘
+BLEU n-gram precisions 40.0/12.5/5.0/2.5, brevity penalty 0.900, ratio 0.905, hypothesis length 19, reference length 21
+BLEU signature: nrefs:2|tok:13a
+chrF2 signature: nrefs:2|c:6
+TER signature: nrefs:2|t:tercom
+BLEU (paper, tokenized) signature: paper
+paired bootstrap signature: bs:1000
+"""
+
 
 def write_lines(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -48,11 +80,27 @@ def write_lines(path: Path, lines: list[str]) -> Path:
 
 
 def mtx_score(*args: str | Path, stdin: str | bytes | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SACREBLEU_SEED": "12345"}
-    data = stdin.encode() if isinstance(stdin, str) else stdin
-    return subprocess.run(
-        [sys.executable, "-m", "mtx", "score", *map(str, args)], input=data, capture_output=True, env=env, timeout=60
-    )
+    """`mtx score ARGS` through `mtx.cli.main` in this process, as the `mtx` script runs it: its exit code,
+    standard output and error. In-process, so that what it runs is the package under test (mutation testing
+    included); `test_score_starts_without_torch_or_datasets` runs a real process."""
+    from unittest import mock
+
+    from mtx import cli
+
+    data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
+    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    fake_stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    argv = ["mtx", "score", *map(str, args)]
+    with mock.patch.dict(os.environ, {"SACREBLEU_SEED": "12345", "NO_COLOR": "1"}), \
+            mock.patch.object(sys, "argv", argv), mock.patch.object(sys, "stdin", fake_stdin), \
+            mock.patch.dict(cli._state, debug=False), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as exited:
+            code = exited.code if isinstance(exited.code, int) else (0 if exited.code is None else 1)
+    out.flush(), err.flush()
+    return subprocess.CompletedProcess(argv, code, out.buffer.getvalue(), err.buffer.getvalue())
 
 
 @pytest.fixture
@@ -130,22 +178,91 @@ def test_paper_bleu_matches_a_hand_computation() -> None:
         ("Es gibt Nr. 5 und die Nr. Eins.", "Es gibt Nr. 5 und die Nr . Eins ."),
         ("Kosten (ca. 5 %) & mehr", "Kosten ( ca. 5 % ) & mehr"),
         ("  viel   Platz\t", "viel Platz"),
+        ("viel\tPlatz", "viel Platz"),  # whitespace becomes a space before control characters are dropped
+        ("Ein\x07 Test.", "Ein Test ."),
+        ("Er kam,5 Tage", "Er kam , 5 Tage"),  # a comma after a non-digit splits, whatever follows it
+        ("Seit 2013,sagte er", "Seit 2013 , sagte er"),  # and one before a non-digit
+        ("Es waren 5,", "Es waren 5 ,"),  # and one that ends the line after a digit
+        ("Es kam Dr. Müller", "Es kam Dr. Müller"),  # the last word but one still looks at the next word
+        ("Das gilt z.B. Berlin.", "Das gilt z.B. Berlin ."),  # a period inside the word keeps the final one
+        # tokenizer.perl splits the last word's period even after a non-breaking prefix (sacremoses does not)
+        ("Er nahm Plan B.", "Er nahm Plan B ."),
     ],
 )
 def test_paper_tokenize_follows_moses(line: str, tokens: str) -> None:
     assert paper_tokenize(line) == tokens
 
 
-def test_min_bleu_gate(files: dict[str, Path]) -> None:
-    passed = mtx_score("-r", files["ref"], "-i", files["hyp"], "--min-bleu", "10")
-    failed = mtx_score("-r", files["ref"], "-i", files["hyp"], "--min-bleu", "90")
+def test_min_bleu_gate_passes_at_the_bleu_and_fails_just_above_it(files: dict[str, Path]) -> None:
+    """`--min-bleu X` fails only when BLEU is below X (SPEC): a BLEU equal to X passes, X a hundredth above
+    the BLEU fails. chrF is scored too and lies far from BLEU, so a gate that read chrF would pass where it
+    must fail; a gate that compared with <= would fail at equality."""
+    result = score_files([files["ref"]], files["hyp"], metrics=("bleu", "chrf"))
+    bleu = result["bleu"]
+    assert result["chrf"] - bleu > 10 * GATE_MARGIN  # a gate on chrF decides differently here
+    above = bleu + GATE_MARGIN
 
-    assert passed.returncode == 0, passed.stderr.decode()
-    assert b"BLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in passed.stdout
-    assert failed.returncode == 1
-    assert b"BLEU" in failed.stdout  # the score is still printed
-    assert b"below --min-bleu 90" in failed.stderr
-    assert b"Traceback" not in failed.stderr
+    check_min_bleu(result, bleu)
+    check_min_bleu(result, bleu - GATE_MARGIN)
+    with pytest.raises(MtxError, match=re.escape(f"BLEU {bleu:.2f} is below --min-bleu {above:g}.")) as caught:
+        check_min_bleu(result, above)
+    assert not str(caught.value).startswith("paper")
+
+    gate = ("-r", files["ref"], "-i", files["hyp"], "--metrics", "bleu,chrf", "--min-bleu")
+    at_bleu, above_bleu = mtx_score(*gate, repr(bleu)), mtx_score(*gate, repr(above))
+
+    assert at_bleu.returncode == 0, at_bleu.stderr.decode()
+    assert b"BLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in at_bleu.stdout
+    assert above_bleu.returncode == 1
+    assert b"chrF2" in above_bleu.stdout  # the scores are still printed
+    assert f"BLEU {bleu:.2f} is below --min-bleu {above:g}.".encode() in above_bleu.stderr
+    assert b"Traceback" not in above_bleu.stderr
+
+
+def test_min_bleu_gates_the_paper_bleu_with_paper_bleu(files: dict[str, Path]) -> None:
+    """With --paper-bleu the gate reads the paper's tokenized BLEU, which is above sacreBLEU's here: a gate
+    at exactly the paper's BLEU passes, where one that read sacreBLEU's BLEU (or failed on equality) would
+    fail; a hundredth above the paper's BLEU fails, and the message says which BLEU fell short."""
+    result = score_files([files["ref"]], files["hyp"], paper_bleu=True)
+    paper, bleu = result["paper_bleu"], result["bleu"]
+    assert paper - bleu > 10 * GATE_MARGIN  # a gate on sacreBLEU's BLEU decides differently here
+    above = paper + GATE_MARGIN
+
+    check_min_bleu(result, paper)
+    check_min_bleu(result, paper - GATE_MARGIN)
+    with pytest.raises(MtxError, match=re.escape(f"paper BLEU {paper:.2f} is below --min-bleu {above:g}.")):
+        check_min_bleu(result, above)
+    # The paper's BLEU rules in either direction: not the higher of the two, nor the lower.
+    with pytest.raises(MtxError, match="paper BLEU"):
+        check_min_bleu({**result, "bleu": above + 1}, above)
+
+    gate = ("-r", files["ref"], "-i", files["hyp"], "--paper-bleu", "--min-bleu")
+    at_paper, above_paper = mtx_score(*gate, repr(paper)), mtx_score(*gate, repr(above))
+
+    assert at_paper.returncode == 0, at_paper.stderr.decode()
+    assert above_paper.returncode == 1
+    assert b"BLEU (paper, tokenized)" in above_paper.stdout
+    assert f"paper BLEU {paper:.2f} is below --min-bleu {above:g}.".encode() in above_paper.stderr
+    assert b"Traceback" not in above_paper.stderr
+
+
+def test_tokenize_zh_scores_chinese_as_sacrebleu_does(tmp_path: Path) -> None:
+    """`--tokenize zh` reaches sacreBLEU: the score and signature are sacreBLEU's own BLEU(tokenize='zh'),
+    which on this text is far from what the default 13a tokenizer gives."""
+    expected = BLEU(tokenize="zh")
+    expected_score = expected.corpus_score(ZH_HYPOTHESES, [ZH_REFERENCES]).score
+    assert expected_score - BLEU(tokenize="13a").corpus_score(ZH_HYPOTHESES, [ZH_REFERENCES]).score > 20
+    ref = write_lines(tmp_path / "ref.zh", ZH_REFERENCES)
+    hyp = write_lines(tmp_path / "hyp.zh", ZH_HYPOTHESES)
+
+    out = mtx_score("-r", ref, "-i", hyp, "--tokenize", "zh", "--json")
+
+    assert out.returncode == 0, out.stderr.decode()
+    result = json.loads(out.stdout)
+    assert result["bleu"] == expected_score
+    assert result["signature"] == str(expected.get_signature()) and "|tok:zh|" in result["signature"]
+    assert score(ZH_HYPOTHESES, [ZH_REFERENCES], tokenize="zh")["bleu"] == expected_score
+    assert corpus_bleu(ZH_HYPOTHESES, ZH_REFERENCES, tokenize="zh") == expected_score
 
 
 def test_json_is_one_object_with_numbers_and_signatures(files: dict[str, Path]) -> None:
@@ -192,6 +309,26 @@ def test_line_count_mismatch_names_both_counts_and_files(files: dict[str, Path],
     assert "4 lines" in message and "short.de" in message
     assert f"has {len(REFERENCES)}" in message and "ref.de" in message
     assert out_empty.returncode == 1 and b"0 lines" in out_empty.stderr
+
+
+@pytest.mark.parametrize("count", [len(HYPOTHESES) - 2, len(HYPOTHESES) + 1], ids=["shorter", "longer"])
+def test_baseline_line_count_mismatch_names_the_files_and_counts(files: dict[str, Path], tmp_path: Path,
+                                                                 count: int) -> None:
+    """A baseline from another test set (or a truncated one) would pair wrong lines in the bootstrap: exit 1
+    before any scoring, with a message naming the hypothesis and baseline files and both line counts."""
+    baseline = write_lines(tmp_path / "baseline.de", (HYPOTHESES * 2)[:count])
+
+    out = mtx_score("-r", files["ref"], "-i", files["hyp"], "--baseline", baseline)
+
+    assert out.returncode == 1
+    message = out.stderr.decode()
+    expected = f"hypotheses ({files['hyp']}) have {len(HYPOTHESES)} lines but baseline {baseline} has {count}."
+    assert expected in message
+    assert "Traceback" not in message and out.stdout == b""
+    with pytest.raises(MtxError, match=f"baseline {re.escape(str(baseline))} has {count}"):
+        score_files([files["ref"]], files["hyp"], baseline_path=baseline)
+    with pytest.raises(MtxError, match=f"have {len(HYPOTHESES)} lines but baseline hypotheses has {count}"):
+        score(HYPOTHESES, [REFERENCES], baseline=(HYPOTHESES * 2)[:count])
 
 
 def test_invalid_utf8_names_the_file_and_line(files: dict[str, Path], tmp_path: Path) -> None:
@@ -261,3 +398,109 @@ def test_score_starts_without_torch_or_datasets() -> None:
 
     assert "Example: mtx" in out.stdout
     assert out.stdout.strip().endswith("[]")
+
+
+def test_the_table_shows_every_score_its_baseline_and_signatures(capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a person reads, exactly: labels, two decimals right-aligned, the baseline and p-value columns (blank
+    for a metric the bootstrap did not compare), the title on the left, and each signature on a line of its
+    own below, where it can be copied whole."""
+    result = {"n_sentences": 3, "n_refs": 2, "bleu": 5.125, "chrf": 41.5, "ter": 100.0, "paper_bleu": 6.0,
+              "precisions": [40.0, 12.5, 5.0, 2.5], "bp": 0.9, "ratio": 0.905, "sys_len": 19, "ref_len": 21,
+              "signatures": {"bleu": "nrefs:2|tok:13a", "chrf": "nrefs:2|c:6", "ter": "nrefs:2|t:tercom",
+                             "paper_bleu": "paper"},
+              "baseline": {"bleu": 4.0, "chrf": 40.0, "p_value": {"bleu": 0.0123, "chrf": 1.0},
+                           "signature": "bs:1000"}}
+    monkeypatch.setenv("COLUMNS", "120")  # the width of a terminal; nothing wraps
+    print_table(result)
+    assert capsys.readouterr().out == TABLE
+
+
+def test_paper_bleu_is_unsmoothed_like_multi_bleu() -> None:
+    """The paper's BLEU came from multi-bleu.perl, which does not smooth: with no 4-gram in common it is 0,
+    where sacreBLEU's default (exponential smoothing) gives a small positive score."""
+    result = score(["Der Hund schläft im Haus ."], [["Der Hund schläft nicht im Garten ."]], paper_bleu=True)
+    assert result["paper_bleu"] == 0.0 and result["bleu"] > 0.0
+
+
+def test_the_baseline_is_scored_by_paired_bootstrap_with_the_same_tokenizer() -> None:
+    """--baseline with --tokenize zh: the baseline's BLEU is sacreBLEU's zh BLEU of the baseline, and the test
+    is the paired bootstrap (not approximate randomization, sacreBLEU's default) with 1000 resamples."""
+    baseline = [line.replace("开会", "") for line in ZH_HYPOTHESES]
+    result = score(ZH_HYPOTHESES, [ZH_REFERENCES], metrics=("bleu", "chrf"), tokenize="zh", baseline=baseline)
+    expected = BLEU(tokenize="zh").corpus_score(baseline, [ZH_REFERENCES]).score
+    assert result["baseline"]["bleu"] == pytest.approx(expected, abs=1e-9)
+    assert result["baseline"]["bleu"] != pytest.approx(BLEU().corpus_score(baseline, [ZH_REFERENCES]).score)
+    assert "|bs:1000|" in result["baseline"]["signature"] and "tok:zh" in result["baseline"]["signature"]
+    assert set(result["baseline"]["p_value"]) == {"bleu", "chrf"}
+
+
+def test_read_lines_splits_as_sacrebleu_and_names_what_it_cannot_read(tmp_path: Path, monkeypatch) -> None:
+    """Newlines only split lines; each line loses its trailing whitespace (\\r included) but keeps its leading
+    one; a final newline ends the last line rather than adding an empty one. Each failure is a message that
+    names the file (or standard input) and, for bad UTF-8, the line."""
+    from mtx.score import read_lines
+
+    text = tmp_path / "text.de"
+    text.write_bytes(b"  eins \r\nzwei\x0bdrei\n\nvier\n\n")
+    assert read_lines(text) == ["  eins", "zwei\x0bdrei", "", "vier", ""]
+    text.write_bytes(b"eins\nzwei")
+    assert read_lines(text) == ["eins", "zwei"]
+
+    text.write_bytes(b"\neins\n\xff zwei\n")
+    with pytest.raises(MtxError) as error:
+        read_lines(text)
+    assert str(error.value) == (f"{text} line 3 is not valid UTF-8 (byte 0xff). mtx reads text as UTF-8: convert "
+                                "the file, e.g. `iconv -f latin1 -t utf-8`, or fix that line.")
+    with pytest.raises(MtxError) as error:
+        read_lines(tmp_path / "nope.de")
+    assert str(error.value) == f"{tmp_path / 'nope.de'} does not exist. Check the path given to -r / -i / --baseline."
+    with pytest.raises(MtxError) as error:
+        read_lines(tmp_path)
+    assert str(error.value) == f"cannot read {tmp_path}: Is a directory."
+
+    class Terminal(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal(io.BytesIO(b"\xc3\n")))
+    prompt = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", prompt)
+    with pytest.raises(MtxError, match=r"^standard input line 1 is not valid UTF-8 \(byte 0xc3\)"):
+        read_lines(None)
+    assert prompt.getvalue() == "reading hypotheses from standard input (end with Ctrl-D)\n"
+
+
+def test_score_returns_what_was_asked_with_sacrebleus_signatures() -> None:
+    """BLEU always, first; the other metrics when asked; the paper's BLEU only when asked; each score with the
+    signature sacreBLEU gives its own scorer, BLEU's also under `signature`."""
+    from sacrebleu.metrics import CHRF, TER
+
+    hyps, refs = HYPOTHESES, [REFERENCES]
+    chrf_only = score(hyps, refs, metrics=("chrf",))
+    assert list(chrf_only["signatures"]) == ["bleu", "chrf"] and "paper_bleu" not in chrf_only
+    result = score(hyps, refs, metrics=("ter", "chrf", "bleu"), tokenize="intl")
+    assert list(result["signatures"]) == ["bleu", "chrf", "ter"]
+    for name, scorer in (("bleu", BLEU(tokenize="intl")), ("chrf", CHRF()), ("ter", TER())):
+        assert result[name] == pytest.approx(scorer.corpus_score(hyps, refs).score, abs=1e-9)
+        assert result["signatures"][name] == str(scorer.get_signature())
+    assert result["signature"] == result["signatures"]["bleu"] and "tok:intl" in result["signature"]
+
+
+def test_unknown_metrics_and_mismatched_lines_are_named_exactly() -> None:
+    with pytest.raises(MtxError) as error:
+        score(["a"], [["a"]], metrics=("bleu", "chrff"))
+    assert str(error.value) == "unknown metric 'chrff' in --metrics. Did you mean 'chrf'? Choose from bleu, chrf, ter."
+    with pytest.raises(MtxError) as error:
+        score(["a"], [["a"]], metrics=("rouge",))
+    assert str(error.value) == "unknown metric 'rouge' in --metrics. Choose from bleu, chrf, ter."
+    cases = [
+        (dict(hyps=["a", "b"], refs_streams=[["a", "b"], ["a"]]), "hypotheses have 2 lines but reference 2 has 1."),
+        (dict(hyps=["a", "b"], refs_streams=[["a"]]), "hypotheses have 2 lines but reference 1 has 1."),
+        (dict(hyps=["a"], refs_streams=[["a"]], baseline=["a", "b"]),
+         "hypotheses have 1 lines but baseline hypotheses has 2."),
+    ]
+    for arguments, start in cases:
+        with pytest.raises(MtxError) as error:
+            score(**arguments)
+        assert str(error.value).startswith(start + " Scoring pairs lines by position")

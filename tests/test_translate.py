@@ -15,11 +15,14 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
+import mtx.search
+import mtx.translate
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.cli import app
 from mtx.config import ModelConfig, resolve_model
 from mtx.errors import MtxError
 from mtx.model import Transformer
+from mtx.search import Hypothesis, search
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
 from mtx.translate import (
     Translator,
@@ -186,14 +189,49 @@ def test_invalid_utf8(trained: dict) -> None:
     assert len(out) == 4 and out[3] == held_out[2]
 
 
-def test_int8_and_greedy(trained: dict) -> None:
+@pytest.fixture
+def translators(monkeypatch) -> list[Translator]:
+    """The Translators that `mtx translate` builds during the test: the model and options it decodes with."""
+    made: list[Translator] = []
+
+    class Recorded(Translator):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            made.append(self)
+
+    monkeypatch.setattr(mtx.translate, "Translator", Recorded)
+    return made
+
+
+def test_int8_decodes_with_dynamically_quantized_linear_layers(trained: dict, translators: list[Translator]) -> None:
+    """--dtype int8 must reach the model the search runs: every nn.Linear, the tied output projection included,
+    becomes a dynamically quantized int8 one. The translations barely change, so the lines alone would also
+    pass with the flag ignored."""
     held_out = trained["held_out"]
     args = ["-m", str(trained["checkpoint"]), "-i", str(trained["folder"] / "held_out.txt"), "--device", "cpu"]
     result, int8 = translate_cli([*args, "--dtype", "int8", "--threads", "1"])
     assert result.exit_code == 0
+    [translator] = translators
+    assert isinstance(translator.model.output_proj, torch.ao.nn.quantized.dynamic.Linear)
+    assert not any(isinstance(m, torch.nn.Linear) for m in translator.model.modules())
     assert sum(a == b for a, b in zip(int8, held_out, strict=True)) >= 0.9 * len(held_out)
+
+
+def test_beam_one_decodes_by_greedy_search(trained: dict, monkeypatch) -> None:
+    """--beam 1 is greedy search, which copies the held-out set as beam 4 does: the copies alone could not
+    tell the two apart, so greedy search's calls are counted."""
+    calls = []
+    real = mtx.search.greedy_search
+
+    def counted(*args, **kwargs) -> list[list[Hypothesis]]:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mtx.search, "greedy_search", counted)
+    args = ["-m", str(trained["checkpoint"]), "-i", str(trained["folder"] / "held_out.txt")]
     _, greedy = translate_cli([*args, "--beam", "1"])
-    assert greedy == held_out
+    assert greedy == trained["held_out"]
+    assert calls
 
 
 def test_int8_quantizes_the_output_projection_too(trained: dict) -> None:
@@ -201,6 +239,7 @@ def test_int8_quantizes_the_output_projection_too(trained: dict) -> None:
     fp32 = trained["model"]
     int8 = prepare_model(copy.deepcopy(fp32), torch.device("cpu"), "int8")
     assert isinstance(int8.output_proj, torch.ao.nn.quantized.dynamic.Linear)
+    assert not any(isinstance(m, torch.nn.Linear) for m in int8.modules())  # the other projections too
     assert int8.tgt_embed.weight.dtype == torch.float32
     torch.testing.assert_close(int8.tgt_embed.weight, fp32.tgt_embed.weight)
     h = torch.randn(16, fp32.cfg.d_model, generator=torch.Generator().manual_seed(0))
@@ -221,18 +260,91 @@ def test_int8_quantizes_the_output_projection_too(trained: dict) -> None:
     (["-i", "missing.txt"], "Input file missing.txt does not exist"),
     (["--beam", "100000"], "--beam 100000 is more than the model's"),
     (["--threads", "100000"], "--threads 100000 must be between 1 and 4 × this machine's"),
+    (["--threads", "0"], "--threads 0 must be between 1 and 4 × this machine's"),
+    (["--batch-tokens", "0"], "--batch-tokens 0 must be at least 1"),
+    (["--device", "cuda"], "--device = 'cuda' but PyTorch sees no CUDA GPU here"),
 ])
-def test_bad_flags_are_user_errors(trained: dict, flags: list[str], message: str) -> None:
+def test_bad_flags_are_user_errors(trained: dict, flags: list[str], message: str, monkeypatch) -> None:
+    """Exit 1 with a message naming the flag. PyTorch is made to see no GPU, so that `--device cuda` is the
+    same error on every machine."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     result, _ = translate_cli(["-m", str(trained["checkpoint"]), *flags], b"")
     assert result.exit_code == 1
     assert message in str(result.exception)
 
 
+def test_output_that_is_the_input_file_is_refused(trained: dict, tmp_path: Path) -> None:
+    """Opening -o for writing would empty the input before a line of it is read: the input file, named as
+    such or through a symbolic link, is refused as -o with exit 1 and left as it was."""
+    source = tmp_path / "in.txt"
+    original = (trained["folder"] / "held_out.txt").read_bytes()
+    source.write_bytes(original)
+    (tmp_path / "link.txt").symlink_to(source)
+    for output in (source, tmp_path / "link.txt"):
+        result, lines = translate_cli(["-m", str(trained["checkpoint"]), "-i", str(source), "-o", str(output)])
+        assert result.exit_code == 1 and lines == []
+        assert f"-o {output} is also the input file" in str(result.exception)
+        assert source.read_bytes() == original
+
+
+def search_directly(trained: dict, sentences: list[str], **options) -> list[list[tuple[str, float]]]:
+    """The decoded n-best lists that `search` itself gives each sentence, with the output limit of the
+    checkpoint's recipe (a = 1, b = 5): what the command must print when given the same options."""
+    tokenizer, results = trained["tokenizer"], []
+    for ids in tokenizer.encode_batch(sentences):
+        src = torch.tensor([[*ids, EOS]])
+        [nbest] = search(trained["model"], src, src == PAD, torch.tensor([len(ids) + 5]), **options)
+        results.append([(tokenizer.decode(h.tokens), h.score) for h in nbest])
+    return results
+
+
+def parse_nbest(line: str) -> list[tuple[str, float]]:
+    fields = line.split("\t")
+    return [(text, float(score)) for score, text in zip(fields[0::2], fields[1::2], strict=True)]
+
+
+def test_lenpen_and_lenpen_style_reach_the_search(trained: dict) -> None:
+    """--lenpen α and --lenpen-style set the score log P / lp(|Y|): each setting's n-best lists (texts and
+    scores) are those `search` gives with the same options. The copy's log-probability is negative and each
+    step here, α from 0 to 1.5 and then fairseq's |Y|^α for GNMT's ((5 + |Y|) / 6)^α, divides it by more, so
+    its score rises at each: a flag lost on the way would leave the scores of another setting."""
+    sentences = trained["held_out"][:6]
+    stdin = "".join(f"{s}\n" for s in sentences).encode()
+    best = []
+    for lenpen, style in (("0", "gnmt"), ("1.5", "gnmt"), ("1.5", "fairseq")):
+        result, lines = translate_cli(["-m", str(trained["checkpoint"]), "--nbest", "4", "--lenpen", lenpen,
+                                       "--lenpen-style", style], stdin)
+        assert result.exit_code == 0
+        got = [parse_nbest(line) for line in lines]
+        expected = search_directly(trained, sentences, beam=4, nbest=4, lenpen=float(lenpen), lenpen_style=style)
+        assert [[text for text, _ in n] for n in got] == [[text for text, _ in n] for n in expected]
+        assert [score for n in got for _, score in n] == pytest.approx(
+            [score for n in expected for _, score in n], abs=2e-4)  # printed with four decimals
+        assert [n[0][0] for n in got] == sentences  # the copy is the best in every setting
+        best.append([n[0][1] for n in got])
+    for raw, gnmt, fairseq in zip(*best, strict=True):
+        assert raw < gnmt < fairseq < 0
+
+
+def test_min_len_makes_every_output_at_least_that_long(trained: dict) -> None:
+    """--min-len 5 forbids EOS before five tokens: the sentences of fewer words, which the model would copy
+    and end, get longer outputs, those of five or more are still copied, and all are what `search` gives
+    with min_len=5."""
+    sentences, tokenizer = trained["held_out"][:8], trained["tokenizer"]
+    lengths = [len(tokenizer.encode(s)) for s in sentences]
+    assert min(lengths) < 5 <= max(lengths)
+    stdin = "".join(f"{s}\n" for s in sentences).encode()
+    result, lines = translate_cli(["-m", str(trained["checkpoint"]), "--min-len", "5"], stdin)
+    assert result.exit_code == 0
+    assert lines == [n[0][0] for n in search_directly(trained, sentences, beam=4, lenpen=0.6, min_len=5)]
+    assert all(len(tokenizer.encode(line)) >= 5 for line in lines)
+    assert [line for line, n in zip(lines, lengths, strict=True) if n >= 5] == [
+        s for s, n in zip(sentences, lengths, strict=True) if n >= 5]
+
+
 def test_a_search_too_large_for_memory_is_refused_before_it_starts(trained: dict, monkeypatch) -> None:
     """The decoder cache and scores a batch needs are estimated before anything is allocated: with 8 MiB
     "available", beam 4 fits and beam 200 does not."""
-    import mtx.translate
-
     monkeypatch.setattr(mtx.translate, "available_memory", lambda device: 8 * 2**20)
     args = ["-m", str(trained["checkpoint"]), "-i", str(trained["folder"] / "held_out.txt"), "--threads", "1"]
     result, lines = translate_cli([*args, "--beam", "4", "--batch-tokens", "200"])
