@@ -22,6 +22,8 @@ def main(patterns: list[str]) -> None:
             if not any(fnmatch.fnmatch(name, p) for p in patterns):
                 continue
             status = status_by_exit_code[code]
+            if status == "check was interrupted by user":  # the mutant raised KeyboardInterrupt in the tests
+                status = "killed"
             counts.setdefault(name.split(".")[1], Counter())[status] += 1
             if status in ("survived", "no tests"):
                 survivors.append(f"{name} ({status})")

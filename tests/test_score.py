@@ -504,3 +504,16 @@ def test_unknown_metrics_and_mismatched_lines_are_named_exactly() -> None:
         with pytest.raises(MtxError) as error:
             score(**arguments)
         assert str(error.value).startswith(start + " Scoring pairs lines by position")
+
+
+def test_the_gate_says_which_bleu_failed_and_what_to_do() -> None:
+    with pytest.raises(MtxError) as error:
+        check_min_bleu({"bleu": 25.004}, 27)
+    assert str(error.value) == ("BLEU 25.00 is below --min-bleu 27. The scores are printed above; improve the "
+                                "system or lower the gate.")
+
+
+def test_hypotheses_from_standard_input_are_named_so_in_a_count_mismatch(files: dict[str, Path]) -> None:
+    result = mtx_score("-r", files["ref"], stdin="eine Zeile\n")
+    assert result.returncode == 1
+    assert f"hypotheses (standard input) have 1 lines but {files['ref']} has 6." in result.stderr.decode()

@@ -270,3 +270,27 @@ def test_row_topk_equals_topk(columns: int, k: int) -> None:
     assert torch.equal(top, expected)
     assert torch.equal(values.gather(1, column), top)
     assert all(len(set(row)) == k for row in column.tolist())  # k distinct columns
+
+
+@pytest.mark.parametrize("beam", [1, 2, 3])
+def test_search_passes_every_option_to_the_search_it_chooses(beam: int, monkeypatch) -> None:
+    """`search` is what translate and validation call: beam 1 is greedy search, with the same options; wider
+    beams are beam search. Its defaults are those of the two searches: no minimum length, the best only."""
+    import mtx.search
+
+    src, src_pad = sources(6)
+    max_len = torch.full((6,), 8)
+    options = dict(lenpen=1.3, lenpen_style="fairseq", min_len=3)
+    expected = (greedy_search(random_model(), src, src_pad, max_len, **options) if beam == 1 else
+                beam_search(random_model(), src, src_pad, max_len, beam=beam, nbest=beam, **options))
+    got = search(random_model(), src, src_pad, max_len, beam=beam, nbest=beam, **options)
+    assert [as_pairs(n) for n in got] == [as_pairs(n) for n in expected]
+    assert all(len(h.tokens) >= 3 for n in got for h in n)
+
+    called: list[str] = []
+    monkeypatch.setattr(mtx.search, "greedy_search", lambda *a, **k: called.append("greedy") or greedy_search(*a, **k))
+    monkeypatch.setattr(mtx.search, "beam_search", lambda *a, **k: called.append("beam") or beam_search(*a, **k))
+    ends_at_once = ScriptedModel(lambda sentence, prefix: {EOS: 0.9, A: 0.1} if not prefix else {EOS: 1.0})
+    [defaults] = search(ends_at_once, *sources(1), torch.tensor([10]), beam=beam, lenpen=0.0)
+    assert called == ["greedy" if beam == 1 else "beam"]
+    assert [h.tokens for h in defaults] == [[]]  # the empty translation is allowed, and only the best comes back

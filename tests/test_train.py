@@ -453,7 +453,9 @@ def test_max_time_counts_training_time_across_resumes(tmp_path: Path, monkeypatc
     FakeClock(monkeypatch, per_update=10.0)
     path = prepared(tmp_path)
     assert train(recipe(path, max_steps=1000, max_time="45s", save_every=1000)).step == 5
-    assert "Training stopped at step 5: train.max_time = 45s of training reached" in capfd.readouterr().err
+    last = run_files(path)[0] / "last.pt"
+    assert (f"Training stopped at step 5: train.max_time = 45s of training reached. Checkpoint: {last}. To train "
+            "on, raise that budget and run the same command again: it resumes from here.") in capfd.readouterr().err
     state = train(recipe(path, max_steps=1000, max_time="95s", save_every=1000))
     assert state.step == 10 and 100 <= state.train_seconds < 105
     assert [step for step, _ in step_checkpoints(run_files(path)[0])] == [5, 10]
@@ -502,6 +504,10 @@ def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, 
     checkpoints, metrics = run_files(path)
     assert [(e["step"], e["valid_bleu"], e["best_bleu"]) for e in events(metrics, "valid")] == [
         (2, 10.0, 10.0), (4, 20.0, 20.0), (6, 15.0, 20.0), (8, 20.0, 20.0), (10, 12.0, 20.0)]
+    for event in events(metrics, "valid"):
+        assert sorted(event) == ["best_bleu", "step", "valid_bleu", "valid_loss", "valid_nll", "valid_ppl"]
+        assert event["valid_ppl"] == pytest.approx(math.exp(event["valid_nll"]))
+        assert event["valid_loss"] > event["valid_nll"] > 0  # label smoothing adds to the nll
     best = load_checkpoint(checkpoints / "best.pt")
     assert best["step"] == 4
     step_4 = train(recipe(path, max_steps=4, save_every=1000), restart=True)
@@ -549,7 +555,9 @@ def test_ctrl_c_stops_on_a_checkpoint_and_a_second_ctrl_c_aborts(tmp_path: Path,
     path = prepared(tmp_path)
     send_signals_after_update(monkeypatch, 3, signal.SIGINT)
     assert train(recipe(path, max_steps=1000, save_every=1000)).step == 3
-    assert "Training stopped at step 3: stopped by SIGINT. Checkpoint:" in capfd.readouterr().err
+    last = run_files(path)[0] / "last.pt"
+    assert (f"Training stopped at step 3: stopped by SIGINT. Checkpoint: {last}. Run the same command again to "
+            "resume.") in capfd.readouterr().err
     assert [step for step, _ in step_checkpoints(run_files(path)[0])] == [3]
     assert signal.getsignal(signal.SIGINT) is handler
 
@@ -663,3 +671,48 @@ def test_a_metrics_line_torn_by_a_kill_is_dropped_on_resume(tmp_path: Path) -> N
         f.write('{"event": "train", "st')
     train(recipe(path, max_steps=5, log_every=1, save_every=3))
     assert [e["step"] for e in events(metrics, "train")] == [1, 2, 3, 4, 5]
+
+
+def test_a_rank_stops_when_another_rank_was_signalled(tmp_path: Path, monkeypatch, capfd) -> None:
+    """Only one rank of a job may get the signal (a node's scheduler); the others learn it in `_agree`'s
+    all-reduce and stop at the same update, on the same checkpoint."""
+    import mtx.train
+
+    reduce = mtx.train.distributed.all_reduce_sum
+    agreed: list[int] = []
+
+    def another_rank_signalled_at_the_third(values: torch.Tensor) -> torch.Tensor:
+        total = reduce(values)
+        if values.shape == (4,):  # _agree's tokens, signalled, out of time, save due
+            agreed.append(1)
+            if len(agreed) == 3:
+                total[1] += 1
+        return total
+
+    monkeypatch.setattr(mtx.train.distributed, "all_reduce_sum", another_rank_signalled_at_the_third)
+    path = prepared(tmp_path)
+    assert train(recipe(path, max_steps=1000, save_every=1000)).step == 2
+    assert "Training stopped at step 2: stopped by a signal to another rank." in capfd.readouterr().err
+    assert [step for step, _ in step_checkpoints(run_files(path)[0])] == [2]
+
+
+def test_a_signal_during_the_valid_loss_skips_decoding(tmp_path: Path, monkeypatch) -> None:
+    """The valid loss comes first; a stop signal that arrives during it must not start the decoding."""
+    import mtx.train
+    import mtx.translate
+    from mtx import distributed
+    from mtx.train import Trainer
+
+    path = prepared(tmp_path)
+    trainer = Trainer(recipe(path, max_steps=50, validate_every=4, save_every=100), distributed.setup("cpu"))
+    loss = mtx.train.batch_loss
+
+    def signal_arrives(model, batch, smoothing):
+        if not model.training:
+            trainer.signals.received = "SIGTERM"
+        return loss(model, batch, smoothing)
+
+    monkeypatch.setattr(mtx.train, "batch_loss", signal_arrives)
+    monkeypatch.setattr(mtx.translate, "translate_sentences", lambda *a, **k: pytest.fail("decoding started"))
+    assert trainer.fit().step == 4
+    assert events(run_files(path)[1], "valid") == []
