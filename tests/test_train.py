@@ -55,6 +55,19 @@ def test_learning_rate_schedules() -> None:
     assert learning_rate(fairseq, 512, 1000) == pytest.approx(7e-4 / 4)
     assert learning_rate(fairseq, 512, 4000) == pytest.approx(7e-4)
     assert learning_rate(fairseq, 512, 16000) == pytest.approx(7e-4 / 2)
+    no_warmup = TrainConfig(lr_schedule="inverse_sqrt", lr=7e-4, warmup=0)
+    assert [learning_rate(no_warmup, 512, step) for step in (1, 4)] == pytest.approx([7e-4, 7e-4 / 2])
+
+
+def test_dropout_seeds_differ_for_every_update_rank_and_run() -> None:
+    """Each update of each rank draws its own dropout masks, from a seed torch.manual_seed takes (an int in
+    [0, 2^63)); the same (seed, step, rank) gives the same masks again after a resume."""
+    from mtx.train import dropout_seed
+
+    seeds = [dropout_seed(seed, step, rank) for seed in (1, 2) for step in range(1, 2001) for rank in range(8)]
+    assert len(set(seeds)) == len(seeds) == 2 * 2000 * 8
+    assert all(isinstance(s, int) and 0 <= s < 2**63 for s in seeds)
+    assert dropout_seed(2**62, 2**40, 7) < 2**63 and dropout_seed(1, 5, 3) == seeds[4 * 8 + 3]
 
 
 def test_resume_is_exact(tmp_path: Path) -> None:
