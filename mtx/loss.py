@@ -58,12 +58,12 @@ def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor
     The logits of a training batch are its largest tensors by far (4,000 target tokens × 8,000 types: 128 MB in
     float32; × 37,000 types on a GPU batch of 25,000 tokens: 3.7 GB), and the unfused loss makes five of their
     size, forward and backward: logits, log-probabilities, the gather's and the sum's gradients and their sum.
-    Fresh tensors that large cost page faults on a CPU and memory on a GPU: on bench/train.py's batch the
-    projection and the loss, forward and backward, take 550 ms here against 790 ms unfused. So the projection,
-    the loss and its gradient go together, `_CHUNK_ELEMENTS` logits at a time in one reused buffer: log-softmax
-    in place, the loss terms, then softmax in place and the closed-form gradient with respect to the logits,
-    p − q (q the smoothed target distribution), multiplied at once into the gradients of `hidden` and
-    `weight`. The backward only scales those by the incoming gradient.
+    Fresh tensors that large cost page faults on a CPU and memory on a GPU (bench/README.md has the time it
+    saves on bench/train.py's batch). So the projection, the loss and its gradient go together,
+    `_CHUNK_ELEMENTS` logits at a time in one reused buffer: log-softmax in place, the loss terms, then softmax
+    in place and the closed-form gradient with respect to the logits, p − q (q the smoothed target
+    distribution), multiplied at once into the gradients of `hidden` and `weight`. The backward only scales
+    those by the incoming gradient.
 
     Under fp16 autocast the plain path is taken: fp16 gradients need the GradScaler's scale applied before they
     are cast, which a gradient computed in the forward cannot have. bf16 (and fp32) have fp32's range.

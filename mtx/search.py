@@ -108,9 +108,9 @@ def greedy_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, min_l
 
 def row_topk(values: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
     """`values.topk(k, dim=1)` for rows far longer than k: each row's k largest values, largest first, and
-    their columns. On a CPU, `topk` copies and partially sorts each whole row; this takes a quarter to a
-    half of its time (beam 4 over 32 sentences and 8,000 types, one thread: 0.7–1.3 against 2.2–2.9 ms a
-    step). A GPU's `topk` is a radix select that reads each row once, so there it is left to work alone.
+    their columns. On a CPU, `topk` copies and partially sorts each whole row; this reads each row once and
+    sorts only k blocks of it (bench/README.md has the timings). A GPU's `topk` is a radix select that reads
+    each row once, so there it is left to work alone.
 
     A row's k largest values lie in the k blocks of `block` consecutive columns whose maxima are largest: a
     value outside them is at most the k-th largest block maximum, and each of those k blocks holds a value at
@@ -139,9 +139,9 @@ def top_candidates(beam_scores: Tensor, log_probs: Tensor, beam: int) -> tuple[T
     to be something other than EOS, since each parent contributes at most one EOS.
 
     A sentence's best 2K extensions are among the best 2K of each of its beams, so those are taken per beam
-    first, by `row_topk`'s blocks, and the sentence's best are picked from its K · 2K survivors: 1.5 ms a
-    step for beam 4 over 32 sentences and 8,000 types on one thread, against 2.6–3.3 ms for `topk` over all
-    K · V extensions of each sentence (the beam scores added to every one of them) or over each beam's row.
+    first, by `row_topk`'s blocks, and the sentence's best are picked from its K · 2K survivors. That is
+    faster than `topk` over all K · V extensions of each sentence (the beam scores added to every one of them)
+    or over each beam's row; bench/README.md has the timings.
     """
     sentences = beam_scores.shape[0]
     per_beam = min(2 * beam, log_probs.shape[1])

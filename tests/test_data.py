@@ -73,15 +73,15 @@ def _mtx(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+def _pairs_source(tmp_path: Path, **splits: list[tuple[bytes, bytes]]) -> dict:
+    """A `files` source of the given splits' (source, target) pairs, written as SPLIT.en and SPLIT.de."""
+    return {"files": {split: [str(_write(tmp_path / f"{split}.en", [s for s, _ in pairs])),
+                              str(_write(tmp_path / f"{split}.de", [t for _, t in pairs]))]
+                      for split, pairs in splits.items()}}
+
+
 def _files_source(tmp_path: Path) -> dict:
-    return {"files": {
-        "train": [str(_write(tmp_path / "train.en", [s for s, _, _ in TRAIN])),
-                  str(_write(tmp_path / "train.de", [t for _, t, _ in TRAIN]))],
-        "valid": [str(_write(tmp_path / "valid.en", [s for s, _ in VALID])),
-                  str(_write(tmp_path / "valid.de", [t for _, t in VALID]))],
-        "test": [str(_write(tmp_path / "test.en", [s for s, _ in TEST])),
-                 str(_write(tmp_path / "test.de", [t for _, t in TEST]))],
-    }}
+    return _pairs_source(tmp_path, train=[(s, t) for s, t, _ in TRAIN], valid=VALID, test=TEST)
 
 
 def _decoded(data_dir: Path, split: str) -> list[tuple[str, str]]:
@@ -281,12 +281,7 @@ def test_pairs_longer_than_max_positions_are_dropped_from_train_only(tmp_path: P
     long = [(unspaced[0], b"kurz"), (b"short", unspaced[1]), (unspaced[2], unspaced[3])]
     train = short[:10] + long[:1] + short[10:30] + long[1:] + short[30:]
     valid = [(b"hello", b"hallo"), (unspaced[0], b"kurz")]
-    source = {"files": {
-        "train": [str(_write(tmp_path / "train.en", [s for s, _ in train])),
-                  str(_write(tmp_path / "train.de", [t for _, t in train]))],
-        "valid": [str(_write(tmp_path / "valid.en", [s for s, _ in valid])),
-                  str(_write(tmp_path / "valid.de", [t for _, t in valid]))],
-    }}
+    source = _pairs_source(tmp_path, train=train, valid=valid)
     path = _recipe(tmp_path, source)
     manifest, printed = _prepare_quietly(path, "model.max_positions=64")
     limit, data_dir = 64, tmp_path / "run" / "data"
@@ -369,12 +364,7 @@ def test_chunk_boundaries_change_nothing_in_the_prepared_data(tmp_path: Path, mo
     train, kept, drops = _chunked_corpus()
     valid = [(f"hello {i}".encode(), f"hallo {i}".encode()) for i in range(10)]
     valid[2], valid[7], valid[8] = (b"bad \xfe", b"schlecht"), (b"", b""), (b"x", b"y \xff")
-    source = {"files": {
-        "train": [str(_write(tmp_path / "train.en", [s for s, _ in train])),
-                  str(_write(tmp_path / "train.de", [t for _, t in train]))],
-        "valid": [str(_write(tmp_path / "valid.en", [s for s, _ in valid])),
-                  str(_write(tmp_path / "valid.de", [t for _, t in valid]))],
-    }}
+    source = _pairs_source(tmp_path, train=train, valid=valid)
     path = _recipe(tmp_path, source)
     chunks = _spy_on_chunks(monkeypatch)
     whole, _ = _prepare_quietly(path, "model.max_positions=64", f"run_dir={tmp_path / 'whole'}")
