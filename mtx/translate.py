@@ -193,8 +193,8 @@ def decoding_workers(device: torch.device, threads: int, batches: int) -> tuple[
 
     Decoding is a long chain of small operations (a step of beam 4 over 32 sentences of the `small` model
     multiplies 128-row matrices), and each parallel operation wakes the other threads and waits for them. Two
-    batches decoded side by side on one thread each keep both cores busy instead: 1.4× the sentences/s of one
-    batch at a time on two threads (bench/translate.py, two cores). So a CPU decodes up to `threads` batches
+    batches decoded side by side on one thread each keep both cores busy instead, and decode more sentences a
+    second than one batch at a time on two threads (bench/README.md). So a CPU decodes up to `threads` batches
     at once, single-threaded each, and only the threads no batch needs go to the batches' operations; a GPU
     decodes one batch at a time.
     """
