@@ -46,7 +46,7 @@ coverage: install
 # about two hours on 2 cores. The test selection is in pyproject.toml; `$(BIN)/mutmut show NAME` shows a mutant.
 MUTANTS := 'mtx.search.*' 'mtx.loss.*' 'mtx.batching.*' 'mtx.checkpoint.*' 'mtx.score.*' \
 	'mtx.train.x_learning_rate__mutmut_*' 'mtx.train.x_dropout_seed__mutmut_*' 'mtx.train.xǁStopSignalsǁ*' \
-	$(foreach m,_agree _signal_reason _after_update _budget_spent _time_spent _finish _validate,\
+	'mtx.train.xǁStopReasonǁ*' $(foreach m,_agree _after_update _budget_spent _time_spent _finish _validate,\
 	'mtx.train.xǁTrainerǁ$(m)__mutmut_*')
 
 mutants: install

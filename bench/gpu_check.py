@@ -622,8 +622,9 @@ def translate_speed(stage: Stage) -> None:
     from common import synchronize
 
     from mtx.checkpoint import load_model
+    from mtx.config import DecodeConfig
     from mtx.score import corpus_bleu
-    from mtx.translate import DecodeOptions, Translator, prepare_model
+    from mtx.translate import Translator, prepare_model
 
     run_dir = stage.out / "demo"
     checkpoint = next((p for p in (run_dir / "average.pt", run_dir / "checkpoints" / "last.pt") if p.is_file()), None)
@@ -635,13 +636,13 @@ def translate_speed(stage: Stage) -> None:
         sources, refs = sources[:40], refs[:40]
     device = torch.device(stage.device)
     model, tokenizer, _ = load_model(checkpoint, "cpu")
-    options = DecodeOptions(beam=4, lenpen=0.6, max_len_a=1.0, max_len_b=50)
+    decode = DecodeConfig(beam=4, lenpen=0.6, max_len_a=1.0, max_len_b=50)
     repeats = 3 if stage.cuda else 1
     config = {"checkpoint": checkpoint.name, "sentences": len(sources), "beam": 4, "batch_tokens": 4096,
               "device": stage.device}
     for dtype in ("bf16", "fp16"):
         with stage.check(f"gpu_check.translate.{dtype}"):
-            translator = Translator(prepare_model(copy.deepcopy(model), device, dtype), tokenizer, options, 4096)
+            translator = Translator(prepare_model(copy.deepcopy(model), device, dtype), tokenizer, decode, 4096)
             translator.translate(sources[:16])  # warm-up: kernels, allocator
             samples, hyps, tokens = [], [], 0
             for _ in range(repeats):

@@ -13,6 +13,10 @@ r + world, ... of the group (batch i goes to rank i % world). So one process wit
 update, exactly the batches that k processes with update_freq 1 see together. The epoch's ragged tail (fewer
 than `world × update_freq` batches) is dropped, so every rank runs the same number of steps; the order changes
 every epoch, so a different tail is dropped each time and no pair is left out for good.
+
+Decoding (mtx.translate) cuts its batches by the same rule (`cut_into_batches`) but orders and costs them its
+own way (`decoding_batches`): longest source first, and a sentence's target side costs its output length limit,
+since the translation's length is not known before it is decoded.
 """
 
 from __future__ import annotations
@@ -63,14 +67,41 @@ def make_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, se
         )
     tie_break = np.random.default_rng(seed).permutation(len(costs))
     order = tie_break[np.lexsort((tgt_lens[tie_break], src_lens[tie_break]))]
+    return cut_into_batches(order, costs[order].tolist(), max_tokens)
+
+
+def decoding_batches(source_lens: Sequence[int], output_limits: Sequence[int], batch_tokens: int
+                     ) -> list[list[int]]:
+    """Indices of sentences to decode, longest source first, cut into batches of padded size ≤ batch_tokens.
+
+    A sentence costs its source or its output, EOS included on both sides (`source_lens` counts it, an output
+    limit does not), whichever is longer, as a training pair does. The output side counts its length limit,
+    not the translation's length, which is unknown until decoded: the decoder cache holds that many positions
+    for every beam whatever the translation's length. Longest first, so a batch too big for the device fails
+    at once rather than after hours; unlike training, a sentence over budget is no error: it is decoded in a
+    batch of its own.
+    """
+    order = sorted(range(len(source_lens)), key=lambda i: -source_lens[i])
+    return cut_into_batches(order, [max(source_lens[i], output_limits[i] + 1) for i in order], batch_tokens)
+
+
+Indices = TypeVar("Indices", np.ndarray, list)
+
+
+def cut_into_batches(order: Indices, costs: Sequence[int], budget: int) -> list[Indices]:
+    """`order` cut into consecutive batches whose padded size, count × largest cost, stays within `budget`.
+
+    `costs[k]` is the cost of `order[k]`. The cut is greedy: each item joins the open batch if it still fits.
+    An item over budget on its own opens a batch that nothing joins.
+    """
     batches, start, widest = [], 0, 0
-    for end, index in enumerate(order.tolist()):
-        cost = int(costs[index])
-        if max(widest, cost) * (end - start + 1) > max_tokens:
+    for end, cost in enumerate(costs):
+        if end > start and (end - start + 1) * max(widest, cost) > budget:
             batches.append(order[start:end])
             start, widest = end, 0
         widest = max(widest, cost)
-    batches.append(order[start:])
+    if len(order):
+        batches.append(order[start:])
     return batches
 
 

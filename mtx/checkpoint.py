@@ -10,7 +10,13 @@ primitives only, so loading a file cannot run code):
     recipe                the recipe of the run (decoding defaults included)
     step                  optimizer updates done
     model                 the state dict
-    train_state           optimizer, schedule, scaler, RNG and data position; absent from averaged checkpoints
+    train_state           what resuming needs besides the model: the optimizer's and the grad scaler's state
+                          and the trainer's progress (step, data position, best score, clock, open loss
+                          window); absent from best.pt and from averaged checkpoints
+    averaged_from         the files an averaged checkpoint is the mean of
+
+No RNG state is saved, and no learning-rate scheduler's: the trainer reseeds dropout at every update from
+(seed, step, rank), draws the batch order from (seed, epoch) and computes the learning rate from the step.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def prepare(
     Example: mtx prepare recipes/demo.yaml --workers 4
     """
     from mtx.config import load_recipe
-    from mtx.data import prepare as prepare_data
+    from mtx.prepare import prepare as prepare_data
 
     prepare_data(load_recipe(recipe, set_), workers=workers)
 
@@ -220,17 +220,19 @@ def translate(
         typer.Option(help="Length penalty α: score = log P(Y|X) / lp(|Y|), |Y| counting EOS. [default: recipe's, 0.6]"),
     ] = None,
     lenpen_style: Annotated[
-        str,
-        typer.Option(metavar="gnmt|fairseq", help="lp(|Y|) = ((5 + |Y|) / 6)^α (GNMT, the paper's) or |Y|^α."),
-    ] = "gnmt",
+        str | None,
+        typer.Option(metavar="gnmt|fairseq", help="lp(|Y|) = ((5 + |Y|) / 6)^α (GNMT, the paper's) or |Y|^α. "
+                     "[default: recipe's, gnmt]"),
+    ] = None,
     max_len_a: Annotated[
         float | None, typer.Option(help="Output ≤ a · source tokens + b (EOS not counted). [default: recipe's, 1.0]")
     ] = None,
     max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a. [default: recipe's, 50]")] = None,
     min_len: Annotated[int | None, typer.Option(help="Output at least N tokens. [default: recipe's, 0]")] = None,
     nbest: Annotated[
-        int, typer.Option(help="Print the N best, each line 'score<TAB>text' pairs joined by tabs (N > 1).")
-    ] = 1,
+        int | None, typer.Option(help="Print the N best, each line 'score<TAB>text' pairs joined by tabs (N > 1). "
+                                 "[default: recipe's, 1]")
+    ] = None,
     batch_tokens: Annotated[
         int, typer.Option(help="Batch size: sentences × max(source length, output limit), EOS included.")
     ] = 4096,
@@ -255,10 +257,11 @@ def translate(
 
     Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
     """
-    from mtx.translate import translate_file
+    from mtx.translate_lines import translate_file
 
-    chosen = dict(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len)
-    options = {k: v for k, v in chosen.items() if v is not None} | dict(lenpen_style=lenpen_style, nbest=nbest)
+    chosen = dict(beam=beam, lenpen=lenpen, lenpen_style=lenpen_style, max_len_a=max_len_a, max_len_b=max_len_b,
+                  min_len=min_len, nbest=nbest)
+    options = {k: v for k, v in chosen.items() if v is not None}
     translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
                    threads=threads, errors=errors, log=sys.stderr.write)
 

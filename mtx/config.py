@@ -14,6 +14,7 @@ import difflib
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -115,7 +116,7 @@ class TsvSource:
 
 @dataclass
 class DemoSource:
-    """The built-in, generated English→German corpus (mtx/demo.py)."""
+    """The built-in, generated English→German corpus (mtx/demo/)."""
 
     pairs: int = 40000
     valid: int = 500
@@ -268,20 +269,49 @@ def parse_duration(text: str, key: str = "duration") -> float:
 # -------------------------------------------------------------------------------------------------- decode
 
 
+LengthPenaltyStyle = Literal["gnmt", "fairseq"]
+
+
 @dataclass
 class DecodeConfig:
+    """How to search; the defaults are the paper's (beam 4, α = 0.6, at most input length + 50 tokens).
+
+    One set of options for both users: the recipe's `decode:` section, which validation BLEU decodes with
+    (at `train.valid_beam`), and `mtx translate`, whose flags override the checkpoint's recipe field by field.
+    So the errors can name a field either way: as a recipe key (`validate`) or as its flag (`validate_flags`).
+    """
+
     beam: int = 4
-    lenpen: float = 0.6  # GNMT's α: score / ((5 + |Y|) / 6) ** α
+    lenpen: float = 0.6  # α: score = log P(Y|X) / lp(|Y|)
+    lenpen_style: LengthPenaltyStyle = "gnmt"  # lp = ((5 + |Y|) / 6) ** α (GNMT, the paper's) or |Y| ** α (fairseq)
     max_len_a: float = 1.0  # output length at most a · source length + b
     max_len_b: int = 50
     min_len: int = 0
+    nbest: int = 1  # translations kept per sentence, best first
 
     def validate(self, key: str) -> None:
-        _check(self.beam >= 1, f"{key}.beam", self.beam, "must be at least 1")
-        _check(self.lenpen >= 0, f"{key}.lenpen", self.lenpen, "must be ≥ 0")
-        _check(self.max_len_a >= 0, f"{key}.max_len_a", self.max_len_a, "must be ≥ 0")
-        _check(self.max_len_b >= 1, f"{key}.max_len_b", self.max_len_b, "must be at least 1")
-        _check(self.min_len >= 0, f"{key}.min_len", self.min_len, "must be ≥ 0")
+        """As the recipe section `key`: `decode.beam = 0 must be at least 1.`"""
+        self._validate(lambda name: f"{key}.{name}", " = ", ConfigError)
+
+    def validate_flags(self) -> None:
+        """As command-line flags: `--beam 0 must be at least 1.`, `--max-len-a -1.0 must be ≥ 0.`"""
+        self._validate(lambda name: "--" + name.replace("_", "-"), " ", MtxError)
+
+    def _validate(self, spell: Callable[[str], str], separator: str, error: type[MtxError]) -> None:
+        """Refuse values the search cannot honour, naming the field as `spell` writes its name."""
+        styles = typing.get_args(LengthPenaltyStyle)
+        problems = [
+            (self.lenpen_style in styles, "lenpen_style", f"is not one of {', '.join(styles)}"),
+            (self.beam >= 1, "beam", "must be at least 1"),
+            (1 <= self.nbest <= self.beam, "nbest", f"must be between 1 and {spell('beam')} ({self.beam})"),
+            (self.lenpen >= 0, "lenpen", "must be ≥ 0"),
+            (self.max_len_a >= 0, "max_len_a", "must be ≥ 0"),
+            (self.max_len_b >= 1, "max_len_b", "must be at least 1"),
+            (self.min_len >= 0, "min_len", "must be ≥ 0"),
+        ]
+        for ok, name, what in problems:
+            if not ok:
+                raise error(f"{spell(name)}{separator}{getattr(self, name)!r} {what}.")
 
 
 # -------------------------------------------------------------------------------------------------- recipe
@@ -306,13 +336,14 @@ class Recipe:
                "may hold only letters, digits, '.', '_' and '-' (it names the run directory)")
 
     def to_dict(self) -> dict[str, Any]:
-        return _strip_nones(dataclasses.asdict(self))
+        return strip_nones(dataclasses.asdict(self))
 
 
-def _strip_nones(value: Any) -> Any:
-    """Drop unset optional keys so the printed recipe loads back to the same recipe."""
+def strip_nones(value: Any) -> Any:
+    """Drop unset optional keys, so a printed recipe loads back as the same recipe and a data fingerprint does
+    not change when a key is added with an unset default."""
     if isinstance(value, dict):
-        return {k: _strip_nones(v) for k, v in value.items() if v is not None}
+        return {k: strip_nones(v) for k, v in value.items() if v is not None}
     return value
 
 
@@ -377,7 +408,7 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             value = {}
         if not isinstance(value, dict):
             raise ConfigError(f"{key} must be a mapping of keys, got {value!r}.")
-        return _build(tp, value, key)
+        return _dataclass_from_mapping(tp, value, key)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -397,7 +428,10 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key} = {value!r} must be {_type_name(tp)}.")
 
 
-def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+def _dataclass_from_mapping(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    """An instance of the dataclass `cls` (a recipe or one of its sections) from a parsed YAML mapping: each
+    key checked and typed by its field, the preset expanded and the whole validated, every error naming its
+    dotted key under `prefix`."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -497,14 +531,14 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
         raise ConfigError(f"Recipe {path} must be a mapping of sections (name, data, model, train, decode).")
     raw = apply_overrides(raw, overrides or [])
     try:
-        return _build(Recipe, raw, "")
+        return _dataclass_from_mapping(Recipe, raw, "")
     except ConfigError as e:
         raise ConfigError(f"Recipe {path}: {e}") from None
 
 
 def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
     """A recipe from an already-parsed mapping, e.g. the copy stored in a checkpoint or manifest."""
-    return _build(Recipe, raw, "")
+    return _dataclass_from_mapping(Recipe, raw, "")
 
 
 def dump_recipe(recipe: Recipe) -> str:

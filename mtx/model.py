@@ -2,7 +2,8 @@
 
 Reading order: sinusoidal positions (§3.5) → multi-head attention (§3.2) → the feed-forward block (§3.3) →
 encoder and decoder layers (§3.1) → the model, with training `forward` and the inference API that beam search
-drives: `encode`, `init_state`, `decode_step` over an explicit `DecoderState` value.
+drives: `encode`, `init_state`, `decode_step` over an explicit `DecoderState` value. CPU fast paths that
+compute the same thing (dropout, attention for a few queries, the output projection) live in mtx.kernels.
 
 Shapes are batch-first: B sentences, S source and T target positions, D = d_model, H heads, Dh = D / H,
 V the vocabulary. Padding masks are boolean with True marking padding.
@@ -17,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mtx import kernels
 from mtx.config import ModelConfig
 from mtx.errors import MtxError
 
@@ -38,42 +40,6 @@ def sinusoidal_positions(max_positions: int, d_model: int) -> Tensor:
     return table
 
 
-# -------------------------------------------------------------------------------------------- dropout §5.4
-
-
-class Dropout(nn.Module):
-    """Inverted dropout: each element kept with probability 1 − p and scaled by 1 / (1 − p).
-
-    On a GPU this is `F.dropout`. On a CPU, `F.dropout` draws one Bernoulli sample per element from a serial
-    generator, a visible share of a training update (bench/README.md has the figures); here each element gets
-    16 random bits instead, 64 bits per draw of the same seeded generator, and is dropped when they fall below
-    p · 2^16. So p is rounded to a multiple of 2^-16 (0.1 becomes 0.1000061) and the scale uses the rounded
-    value, keeping the expectation exact.
-    """
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        if x.device.type != "cpu":
-            return F.dropout(x, self.p, training=True)
-        dropped = round(self.p * 65536)  # of the 2^16 values 16 random bits can take
-        if dropped >= 65536:
-            return x * 0.0
-        bits = torch.empty(x.numel() // 4 + 1, dtype=torch.int64).random_(-(2**63), None)
-        bits = bits.view(torch.int16)[: x.numel()].view(x.shape)
-        # bool → uint8 → float converts faster than bool → float, and a float mask multiplies faster than a
-        # bool one; the mask is what autograd keeps for the backward, as F.dropout's is.
-        keep = (bits >= dropped - 32768).view(torch.uint8).to(x.dtype).mul_(65536 / (65536 - dropped))
-        return x * keep
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
 # ------------------------------------------------------------------------------------------ attention §3.2
 
 
@@ -82,22 +48,8 @@ def _key_padding_mask(pad: Tensor | None) -> Tensor | None:
     return None if pad is None else ~pad[:, None, None, :]
 
 
-FEW_QUERIES = 16  # queries per row up to which attention on a CPU is computed explicitly (faster than SDPA there)
-
-
-def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """Scaled dot-product attention written out: q (B, H, Q, Dh), k and v (B, H, S, Dh), mask broadcastable to
-    (B, H, Q, S) and True where a key may be attended → (B, H, Q, Dh). What SDPA computes, without dropout,
-    for the few queries Q per row of a decoding step."""
-    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
-    if mask is not None:
-        scores.masked_fill_(~mask, -torch.inf)
-    return torch.matmul(scores.softmax(dim=-1), v)
-
-
 class MultiHeadAttention(nn.Module):
-    """Scaled dot-product attention over H heads, on `F.scaled_dot_product_attention` (or, for the few
-    queries per row of decoding on a CPU, on `explicit_attention`).
+    """Scaled dot-product attention (§3.2.1) over H heads of size Dh = D / H (§3.2.2).
 
     Queries, keys and values have separate projections (the paper's W^Q, W^K, W^V), packed into one matrix for
     self-attention (one matmul for Q, K and V) and into a K/V pair for cross-attention, whose keys and values
@@ -128,19 +80,9 @@ class MultiHeadAttention(nn.Module):
         return tuple(self._split_heads(t) for t in self.kv_proj(memory).chunk(2, dim=-1))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
-        """softmax(Q Kᵀ / √Dh) V per head, then the output projection; `mask` is True where a key may be attended.
-
-        Decoding asks for a handful of queries per row: one in a step's self-attention, one per beam in its
-        cross-attention (`DecoderLayer.step`). There SDPA's CPU kernel, built for blocks of queries, costs more
-        than the explicit two matmuls and softmax (bench/README.md), so on a CPU up to `FEW_QUERIES` of them per
-        row are computed explicitly (short sources in the encoder too). Everywhere else (training with its
-        dropout and causal masks, longer sequences, any GPU, whose SDPA kernels are the fast path) SDPA it is.
-        """
+        """softmax(Q Kᵀ / √Dh) V per head, then the output projection; `mask` is True where a key may be attended."""
         dropout = self.attn_dropout if self.training else 0.0
-        if q.shape[2] <= FEW_QUERIES and q.device.type == "cpu" and dropout == 0.0 and not causal:
-            out = explicit_attention(q, k, v, mask)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+        out = kernels.attention(q, k, v, mask, dropout, causal)
         return self.out_proj(self._merge_heads(out))
 
     def forward_self(self, x: Tensor, pad: Tensor | None = None, causal: bool = False) -> Tensor:
@@ -162,7 +104,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(d_model, d_ff)
         self.fc2 = nn.Linear(d_ff, d_model)
-        self.dropout = Dropout(relu_dropout)
+        self.dropout = kernels.Dropout(relu_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.dropout(F.relu(self.fc1(x))))
@@ -194,7 +136,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
         super().__init__()
         self.norm = LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = kernels.Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
@@ -247,10 +189,9 @@ class DecoderLayer(nn.Module):
             return self.self_attn.attend(q, keys, values)
 
         def cross_attend(h: Tensor) -> Tensor:
-            # A sentence's rows (its beams) share its encoder output, so they attend to it together: one
-            # (rows per sentence, Dh) × (Dh, S) product per sentence and head, against one copy of its keys
-            # and values, instead of one (1, Dh) × (Dh, S) product per row against its own copy: fewer, larger
-            # products over a K-times smaller cache.
+            # A sentence's rows (its beams) share its encoder output, so the cache holds one copy of its keys
+            # and values and its beams attend to it together, as the queries of one (beams, Dh) × (Dh, S)
+            # product per head, rather than one (1, Dh) × (Dh, S) product per beam against a copy of its own.
             sentences = state.cross_kv.shape[2]
             q = self.cross_attn._split_heads(self.cross_attn.q_proj(h).view(sentences, -1, h.shape[-1]))
             keys, values = state.cross_kv[layer, 0], state.cross_kv[layer, 1]
@@ -330,7 +271,7 @@ class Transformer(nn.Module):
         self.tgt_embed = nn.Embedding(vocab_size, d, padding_idx=pad_id)
         self.src_embed = self.tgt_embed if cfg.share_embeddings else nn.Embedding(vocab_size, d, padding_idx=pad_id)
         self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, d), persistent=False)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = kernels.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers_enc))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers_dec))
         # Pre-norm leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
@@ -369,20 +310,11 @@ class Transformer(nn.Module):
         return self.dropout((embed(tokens).float() * self.embed_scale + positions).to(embed.weight.dtype))
 
     def output_logits(self, h: Tensor) -> Tensor:
-        """The pre-softmax projection shares the target embedding matrix (§3.4); it has no bias.
-
-        Decoding on a CPU projects onto 1 MB slices of the matrix, one after the other: multiplying the rows of
-        a beam step by the whole matrix of a large vocabulary at once is slower, as MKL's blocks of the matrix
-        no longer stay in cache (bench/README.md). Training projects in its loss
-        (`mtx.loss.projected_label_smoothed_loss`).
-        """
+        """logits = h · Eᵀ: the pre-softmax projection shares the target embedding matrix E (§3.4), with no bias.
+        Training projects in its loss instead (`mtx.loss.projected_label_smoothed_loss`)."""
         if self.output_proj is not None:
             return self.output_proj(h)
-        weight = self.tgt_embed.weight
-        if h.device.type != "cpu" or torch.is_grad_enabled():
-            return F.linear(h, weight)
-        rows = max(1, 2**20 // (weight.shape[1] * weight.element_size()))
-        return torch.cat([F.linear(h, weight[i : i + rows]) for i in range(0, weight.shape[0], rows)], dim=-1)
+        return kernels.tied_projection(h, self.tgt_embed.weight)
 
     # ---- training
 

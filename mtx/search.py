@@ -1,4 +1,4 @@
-"""Greedy and beam search over the model's step API: `encode`, `init_state`, `decode_step`, `DecoderState.reorder`.
+"""Greedy and beam search over any model that decodes one token at a time (`IncrementalDecoder`).
 
 Both searches decode a whole batch at once. Beam search keeps `beam` open hypotheses per sentence as rows of one
 (sentences × beam) batch, so every step is a handful of tensor operations whatever the batch size; Python only
@@ -17,14 +17,57 @@ Both are 1 for α = 0, which makes the score the plain log-probability.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
 
+from mtx.config import LengthPenaltyStyle
 from mtx.tokenizer import BOS, EOS, PAD
 
-LengthPenaltyStyle = Literal["gnmt", "fairseq"]
+CacheT = TypeVar("CacheT", bound="DecoderCache")
+
+
+class DecoderCache(Protocol):
+    """What a decoder remembers between steps, as search sees it: a value it can only reorder.
+
+    It holds N rows, one per hypothesis being extended, grouped by sentence: the B sentences in order, N / B
+    consecutive rows each (a sentence's beams). It is owned by one search: `decode_step` may write into it and
+    `reorder` may recycle its memory, so after either call only the state it returns is valid.
+    mtx.model.DecoderState is one, without naming this protocol.
+    """
+
+    def reorder(self: CacheT, rows: Tensor, sentences: Tensor | None = None) -> CacheT:
+        """Keep the rows `rows` (R,), in that order, and the sentences `sentences` (None: all of them, as they
+        are). `rows` must leave each kept sentence the same number of consecutive rows, in the order of
+        `sentences`. Search grows each sentence's one row into its beams (each row repeated K times), moves
+        rows among the beams of a sentence, and drops the sentences that are complete.
+        """
+        ...
+
+
+class IncrementalDecoder(Protocol[CacheT]):
+    """What search needs of a model: encode a batch once, then extend every row by one token per call.
+
+    Named for incremental decoding (fairseq's term): each call feeds one token and reuses the cache of the
+    prefix rather than recomputing it. mtx.model.Transformer is one, without naming this protocol, and so is the
+    scripted model of the unit tests.
+    """
+
+    def encode(self, src: Tensor, src_pad: Tensor) -> Tensor:
+        """src: (B, S) token ids, src_pad: (B, S) True at padding → the encoder output, which search only hands
+        to `init_state`."""
+        ...
+
+    def init_state(self, memory: Tensor, src_pad: Tensor, max_len: int) -> CacheT:
+        """A cache of one row per sentence, with room for `max_len` calls of `decode_step`."""
+        ...
+
+    def decode_step(self, prev: Tensor, state: CacheT) -> tuple[Tensor, CacheT]:
+        """Feed each row's previous token, prev: (N,) → (N, V) float32 log-probabilities of each row's next
+        token, a tensor search may change in place, and the state advanced by one position. Search's early stop
+        relies on them being log-probabilities (never above 0)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -62,14 +105,14 @@ def constrain(log_probs: Tensor, step: int, min_len: int, max_len: Tensor) -> Te
     return log_probs
 
 
-def _start(model, src: Tensor, src_pad: Tensor, max_len: Tensor):
+def _start(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor) -> CacheT:
     """Encode the batch and make a decoder state with room for the longest output plus its EOS."""
     memory = model.encode(src, src_pad)
     return model.init_state(memory, src_pad, max_len=int(max_len.max()) + 1)
 
 
 @torch.inference_mode()
-def greedy_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, min_len: int = 0,
+def greedy_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, min_len: int = 0,
                   lenpen: float = 0.0, lenpen_style: LengthPenaltyStyle = "gnmt") -> list[list[Hypothesis]]:
     """The most probable token at every step; a sentence leaves the batch as soon as it produces EOS.
 
@@ -176,27 +219,38 @@ class Finished:
         return self.best[-1].score if len(self.best) == self.nbest else -float("inf")
 
 
-def set_aside(finished: list[Finished], worst_kept: Tensor, ends: Tensor, scores: Tensor, parent_row: Tensor,
-              prefixes: Tensor, sentence: Tensor, lenpen: float, lenpen_style: LengthPenaltyStyle) -> None:
-    """Score the candidates that end here, file them under their sentences and refresh those sentences'
-    entries of `worst_kept` (B,), the tensor mirror of `Finished.worst_kept` that the completeness test reads.
+@dataclass(frozen=True)
+class Endings:
+    """The hypotheses that end at one step of beam search, M of them, all as long as the step: each is an EOS
+    among the first K candidates of an open sentence. Ordered by open sentence, each sentence's best first."""
 
-    ends: (B, K) which of the first K candidates are EOS; scores, parent_row: (B, 2K); prefixes: (B·K, t) the
-    tokens of the open rows so far; sentence: (B,) the input index of each open sentence.
-    """
-    who, rank = ends.nonzero(as_tuple=True)
-    normalized = scores[who, rank] / length_penalty(prefixes.shape[1] + 1.0, lenpen, lenpen_style)
-    ended_tokens = prefixes[parent_row[who, rank]].tolist()
-    for i, row_tokens, score in zip(sentence[who].tolist(), ended_tokens, normalized.tolist(), strict=True):
-        finished[i].add(Hypothesis(row_tokens, score))
-    touched = who.unique()
-    worst_kept[touched] = torch.tensor([finished[i].worst_kept for i in sentence[touched].tolist()],
-                                       device=worst_kept.device)
+    sentence: Tensor  # (M,) the input sentence each one translates
+    tokens: Tensor  # (M, step) its tokens, EOS excluded: those of the open row it extends
+    log_prob: Tensor  # (M,) its log-probability, EOS included
+
+    @classmethod
+    def among(cls, ends: Tensor, scores: Tensor, parent_row: Tensor, prefixes: Tensor, sentence: Tensor) -> Endings:
+        """The candidates that `ends` (B, K) marks among the first K of scores, parent_row (B, 2K); prefixes:
+        (B·K, step) the tokens of the open rows so far; sentence: (B,) the input index of each open sentence."""
+        who, rank = ends.nonzero(as_tuple=True)
+        return cls(sentence[who], prefixes[parent_row[who, rank]], scores[who, rank])
+
+
+def set_aside(finished: list[Finished], worst_kept: Tensor, endings: Endings, lp: Tensor | float) -> None:
+    """Score the endings (log-probability / lp), file them under their sentences and refresh those sentences'
+    entries of `worst_kept` (one per input sentence), the tensor mirror of `Finished.worst_kept` that the
+    completeness test reads."""
+    scores = (endings.log_prob / lp).tolist()
+    for i, tokens, score in zip(endings.sentence.tolist(), endings.tokens.tolist(), scores, strict=True):
+        finished[i].add(Hypothesis(tokens, score))
+    touched = endings.sentence.unique()
+    worst_kept[touched] = torch.tensor([finished[i].worst_kept for i in touched.tolist()], device=worst_kept.device)
 
 
 @torch.inference_mode()
-def beam_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int, lenpen: float,
-                lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0, nbest: int = 1) -> list[list[Hypothesis]]:
+def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int,
+                lenpen: float, lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0,
+                nbest: int = 1) -> list[list[Hypothesis]]:
     """Beam search as fairseq and Sockeye do it, plus an early stop that never changes the result.
 
     Each step extends every open hypothesis by every token and takes the 2K best of each sentence. An EOS
@@ -228,8 +282,9 @@ def beam_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: i
     beam_scores[:, 0] = 0.0
     tokens = src.new_zeros(batch * beam, int(max_len.max()) + 1)
     finished = [Finished(nbest) for _ in range(batch)]
-    # Per open sentence, kept in step with `finished`, so the completeness test of every step is a tensor
-    # comparison rather than a loop over the sentences.
+    # Kept in step with `finished`, so the completeness test of every step is a tensor comparison rather than a
+    # loop over the sentences: how many hypotheses each open sentence has ended, and each input sentence's
+    # `Finished.worst_kept`.
     ended_count = torch.zeros(batch, dtype=torch.long, device=device)
     worst_kept = torch.full((batch,), -torch.inf, device=device)
     for step in range(tokens.shape[1]):
@@ -241,21 +296,22 @@ def beam_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: i
 
         ends = (token[:, :beam] == EOS) & scores[:, :beam].isfinite()
         if bool(ends.any()):
-            set_aside(finished, worst_kept, ends, scores, parent_row, tokens[:, :step], sentence, lenpen, lenpen_style)
+            endings = Endings.among(ends, scores, parent_row, tokens[:, :step], sentence)
+            set_aside(finished, worst_kept, endings, length_penalty(step + 1.0, lenpen, lenpen_style))
             ended_count += ends.sum(dim=1)
 
         chosen = first_open(token, beam)
         beam_scores, parent_row, token = (t.gather(1, chosen) for t in (scores, parent_row, token))
         best_possible = beam_scores[:, 0] / length_penalty(max_len + 1, lenpen, lenpen_style)
-        complete = (ended_count >= beam) | (worst_kept >= best_possible)
+        complete = (ended_count >= beam) | (worst_kept[sentence] >= best_possible)
 
         if bool(complete.all()):
             break
         keep = None  # the sentences that go on, when some leave
         if bool(complete.any()):
             keep = (~complete).nonzero().squeeze(1)
-            sentence, max_len, ended_count, worst_kept, beam_scores, parent_row, token = (
-                t[keep] for t in (sentence, max_len, ended_count, worst_kept, beam_scores, parent_row, token)
+            sentence, max_len, ended_count, beam_scores, parent_row, token = (
+                t[keep] for t in (sentence, max_len, ended_count, beam_scores, parent_row, token)
             )
         rows = parent_row.flatten()
         state = state.reorder(rows, keep)
@@ -264,8 +320,9 @@ def beam_search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: i
     return [f.best for f in finished]
 
 
-def search(model, src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int, lenpen: float,
-           lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0, nbest: int = 1) -> list[list[Hypothesis]]:
+def search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int,
+           lenpen: float, lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0,
+           nbest: int = 1) -> list[list[Hypothesis]]:
     """Greedy search for beam 1 (the same result, without the beam bookkeeping), beam search otherwise."""
     if beam == 1:
         return greedy_search(model, src, src_pad, max_len, min_len=min_len, lenpen=lenpen, lenpen_style=lenpen_style)

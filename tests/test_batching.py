@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from mtx.batching import BatchPlan, collate, in_background, make_batches, pair_costs
+from mtx.batching import BatchPlan, collate, decoding_batches, in_background, make_batches, pair_costs
 from mtx.errors import MtxError
 from mtx.tokenizer import BOS, EOS, PAD
 
@@ -280,3 +280,18 @@ def test_in_background_stops_its_thread_when_the_consumer_stops_early() -> None:
     closer.start()
     closer.join(timeout=10)
     assert not closer.is_alive() and not producer.is_alive()
+
+
+def test_decoding_batches_go_longest_first_within_the_budget() -> None:
+    """A sentence costs its source or its output limit plus EOS, whichever is longer; one over budget on its
+    own is decoded alone rather than refused."""
+    lengths = [5, 30, 2, 9, 9, 17, 1, 40, 3]
+    limits = [n + 5 for n in lengths]
+    costs = [n + 6 for n in lengths]
+    batches = decoding_batches(lengths, limits, batch_tokens=40)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * max(costs[i] for i in batch) <= 40
+        assert [lengths[i] for i in batch] == sorted((lengths[i] for i in batch), reverse=True)
+    assert batches[:2] == [[7], [1]]  # longest first, alone: each is over budget on its own
+    assert decoding_batches([], [], batch_tokens=40) == []

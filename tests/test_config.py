@@ -81,6 +81,8 @@ def test_config_prints_the_paper_parameter_count(tmp_path: Path) -> None:
         (GOOD, ["model.heads=5"], "model.heads = 5 must divide d_model (256)"),
         (GOOD, ["train.label_smoothing=1.5"], "train.label_smoothing = 1.5 must be in [0, 1)"),
         (GOOD, ["train.max_time=soon"], "train.max_time = 'soon' is not a duration"),
+        (GOOD, ["decode.nbest=5"], "decode.nbest = 5 must be between 1 and decode.beam (4)"),
+        (GOOD, ["decode.lenpen_style=wu"], "decode.lenpen_style = 'wu' must be one of 'gnmt', 'fairseq'"),
         (GOOD, ["data.source.files={train: [a.en, a.de]}"], "exactly one of hf, files, tsv, demo"),
         (GOOD.replace("name: t\n", ""), [], "name is missing"),
         (GOOD, ["train.max_steps"], "must look like KEY=VALUE"),
@@ -134,6 +136,7 @@ def test_shipped_recipes_match_the_paper() -> None:
     assert (de_base.train.max_steps, de_big.train.max_steps) == (100_000, 300_000)
     for recipe in (de_base, de_big, fr_big):
         assert (recipe.decode.beam, recipe.decode.lenpen, recipe.decode.max_len_b) == (4, 0.6, 50)
+        assert (recipe.decode.lenpen_style, recipe.decode.nbest) == ("gnmt", 1)
         assert recipe.train.warmup == 4000 and recipe.train.label_smoothing == 0.1
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickle
 import random
 import subprocess
 import sys
@@ -19,11 +18,12 @@ import pytest
 import yaml
 from rich.console import Console
 
-import mtx.data
+import mtx.prepare
 import mtx.sources
 from mtx.config import load_recipe
-from mtx.data import load_manifest, load_split, prepare
+from mtx.data import load_manifest, load_split
 from mtx.errors import MtxError
+from mtx.prepare import prepare
 from mtx.tokenizer import Tokenizer
 
 # A hand-checked training corpus: each line says which filter drops it (min_len 1, max_len 6, ratio 1.5).
@@ -121,8 +121,6 @@ def test_files_round_trip_through_the_memory_mapped_splits(prepared_files) -> No
     with pytest.raises(IndexError):
         tokens.src(len(tokens))
     assert isinstance(tokens._tokens["src"], np.memmap)
-    copy = pickle.loads(pickle.dumps(tokens))  # DataLoader workers reopen the maps
-    assert np.array_equal(copy.tgt(3), tokens.tgt(3))
 
 
 def test_valid_and_test_are_normalized_but_never_filtered(prepared_files) -> None:
@@ -340,16 +338,16 @@ def _spy_on_chunks(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[list[int]]
     """Record the sizes of the chunks each stage of prepare hands to `_ordered_map` (which runs them on the
     workers), per stage and split, so a test can see the chunking it meant to cause did happen."""
     seen: dict[str, list[list[int]]] = {}
-    ordered_map = mtx.data._ordered_map
+    ordered_map = mtx.prepare._ordered_map
 
     def spy(fn: Callable[..., Any], jobs: Iterable[tuple[Any, ...]], pool: Executor | None, workers: int
             ) -> Iterator[Any]:
         jobs = list(jobs)
-        sizes = [len(job[0][0]) if fn is mtx.data._encode_chunk else len(job[0]) for job in jobs]
+        sizes = [len(job[0][0]) if fn is mtx.prepare._encode_chunk else len(job[0]) for job in jobs]
         seen.setdefault(fn.__name__, []).append(sizes)
         return ordered_map(fn, jobs, pool, workers)
 
-    monkeypatch.setattr(mtx.data, "_ordered_map", spy)
+    monkeypatch.setattr(mtx.prepare, "_ordered_map", spy)
     return seen
 
 
@@ -373,7 +371,7 @@ def test_chunk_boundaries_change_nothing_in_the_prepared_data(tmp_path: Path, mo
 
     chunks.clear()
     monkeypatch.setattr(mtx.sources, "CHUNK_PAIRS", CHUNK)  # reading the sources
-    monkeypatch.setattr(mtx.data, "CHUNK_PAIRS", CHUNK)  # reading the cleaned text to encode it
+    monkeypatch.setattr(mtx.prepare, "CHUNK_PAIRS", CHUNK)  # reading the cleaned text to encode it
     chunked, _ = _prepare_quietly(path, "model.max_positions=64", f"run_dir={tmp_path / 'chunked'}", workers=2)
 
     assert chunked["filter"]["dropped"] == whole["filter"]["dropped"] == drops

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mtx.config import DemoSource
-from mtx.demo import Clause, Grammar, demo_splits, sample_pairs
-from mtx.demo_lexicon import (
+from mtx.demo import demo_splits, sample_pairs
+from mtx.demo.clause import Clause, english, german_main, german_question, german_sub
+from mtx.demo.lexicon import (
     ADJECTIVES,
     BE,
     NOUNS,
@@ -78,25 +79,24 @@ def _clause(verb, tense: str, **fields) -> Clause:
 
 
 def test_word_order_in_main_subordinate_and_question_clauses() -> None:
-    grammar = Grammar(0)
     perfect = _clause(_verb("see"), "perfect", time_en="today", time_de="heute")
-    assert " ".join(grammar.english(perfect)) == "the man has seen the dog today"
-    assert " ".join(grammar.german_main(perfect)) == "der Mann hat heute den Hund gesehen"
-    assert " ".join(grammar.german_main(perfect, with_time=False, fronted=True)) == "hat der Mann den Hund gesehen"
-    assert " ".join(grammar.german_sub(perfect)) == "der Mann heute den Hund gesehen hat"
+    assert " ".join(english(perfect)) == "the man has seen the dog today"
+    assert " ".join(german_main(perfect)) == "der Mann hat heute den Hund gesehen"
+    assert " ".join(german_main(perfect, with_time=False, fronted=True)) == "hat der Mann den Hund gesehen"
+    assert " ".join(german_sub(perfect)) == "der Mann heute den Hund gesehen hat"
     separable = _clause(_verb("call"), "present", rest_en=["the doctor"], middle_de=["den Arzt"])
-    assert " ".join(grammar.german_main(separable)) == "der Mann ruft den Arzt an"
-    assert " ".join(grammar.german_sub(separable)) == "der Mann den Arzt anruft"
-    assert " ".join(grammar.english(separable, question=True)) == "does the man call the doctor"
-    assert " ".join(grammar.german_question(separable)) == "ruft der Mann den Arzt an"
+    assert " ".join(german_main(separable)) == "der Mann ruft den Arzt an"
+    assert " ".join(german_sub(separable)) == "der Mann den Arzt anruft"
+    assert " ".join(english(separable, question=True)) == "does the man call the doctor"
+    assert " ".join(german_question(separable)) == "ruft der Mann den Arzt an"
     motion = _clause(_verb("go"), "perfect", person="1pl", subject_en="we", subject_de="wir", negated=True,
                      rest_en=["into the garden"], middle_de=["nicht", "in den Garten"])
-    assert " ".join(grammar.english(motion)) == "we have not gone into the garden"
-    assert " ".join(grammar.german_sub(motion)) == "wir nicht in den Garten gegangen sind"
+    assert " ".join(english(motion)) == "we have not gone into the garden"
+    assert " ".join(german_sub(motion)) == "wir nicht in den Garten gegangen sind"
     copula = _clause(BE, "past", person="3pl", subject_en="the dogs", subject_de="die Hunde", rest_en=["tired"],
                      middle_de=["müde"])
-    assert " ".join(grammar.english(copula, question=True)) == "were the dogs tired"
-    assert " ".join(grammar.german_question(copula)) == "waren die Hunde müde"
+    assert " ".join(english(copula, question=True)) == "were the dogs tired"
+    assert " ".join(german_question(copula)) == "waren die Hunde müde"
 
 
 def test_sentences_are_deterministic_short_and_one_to_one() -> None:

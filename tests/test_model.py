@@ -8,14 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from mtx.config import ModelConfig, resolve_model
-from mtx.model import (
-    Dropout,
-    SequenceTooLongError,
-    Transformer,
-    count_parameters,
-    count_parameters_for,
-    explicit_attention,
-)
+from mtx.model import SequenceTooLongError, Transformer, count_parameters, count_parameters_for
 from mtx.translate import prepare_model
 
 VOCAB = 50
@@ -95,19 +88,6 @@ def test_reorder_refuses_rows_that_do_not_group_by_sentence() -> None:
         state = model.init_state(model.encode(src, src_pad), src_pad, max_len=4)
     with pytest.raises(ValueError, match="grouped evenly"):
         state.reorder(torch.tensor([0, 0, 1]))
-
-
-@pytest.mark.parametrize("queries", [1, 4])
-def test_explicit_attention_equals_sdpa(queries: int) -> None:
-    """The explicit attention of decoding steps on the CPU computes what SDPA computes, for one query per row
-    (self-attention) or a few (a sentence's beams in cross-attention)."""
-    g = torch.Generator().manual_seed(9)
-    q, k, v = (torch.randn(3, 4, length, 8, generator=g) for length in (queries, 6, 6))
-    may_attend = torch.ones(3, 1, 1, 6, dtype=torch.bool)
-    may_attend[1, ..., 4:] = False
-    for mask in (None, may_attend):
-        torch.testing.assert_close(explicit_attention(q, k, v, mask),
-                                   F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
 
 
 def test_forward_at_target_positions_gives_the_logits_of_those_positions() -> None:
@@ -223,75 +203,22 @@ def test_repeated_reorders_grow_shrink_and_recycle_buffers() -> None:
     assert len({buffer(s.self_kv) for s in states}) == 2
 
 
-# A vocabulary whose float32 embedding matrix spans two and a half of output_logits's 1 MiB slices on a CPU
-# (one and a quarter in bfloat16), so the last slice is partial.
-SLICED_D, SLICED_VOCAB = 256, 2560
-
-
-def sliced_model() -> Transformer:
-    torch.manual_seed(0)
-    cfg = resolve_model(ModelConfig(preset="tiny", d_model=SLICED_D, heads=4, d_ff=64, layers_enc=1,
-                                    layers_dec=1, max_positions=64))
-    return Transformer(cfg, SLICED_VOCAB).eval()
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_sliced_output_projection_equals_one_matmul(dtype: torch.dtype) -> None:
-    """Decoding on a CPU projects onto the embedding matrix a slice at a time; the slices, the partial last
-    one included, must put together exactly the logits of one F.linear over the whole matrix, for a decoding
-    step's (B, 1, D) states and for flat (N, D) ones."""
-    model = sliced_model().to(dtype)
-    weight = model.tgt_embed.weight
-    assert weight.numel() * weight.element_size() > 2**20  # more than one slice
-    assert (weight.numel() * weight.element_size()) % 2**20  # the last slice is partial
-    g = torch.Generator().manual_seed(1)
-    for shape in ((6, 1, SLICED_D), (11, SLICED_D)):
-        h = torch.randn(shape, generator=g).to(dtype)
-        with torch.no_grad():
-            torch.testing.assert_close(model.output_logits(h), F.linear(h, weight))
-
-
 def test_int8_output_projection_multiplies_by_the_dequantized_matrix() -> None:
     """With the int8 output projection of `--dtype int8`, output_logits is h times the int8 matrix
     dequantized. Dynamic quantization also rounds h to an 8-bit grid, which represents 0 and a row's one
     non-zero value exactly, so for states c · e_j the only difference from the dequantized product is float
     rounding, far below the int8 weights' own rounding that the float32 matrix would show."""
-    fp32 = sliced_model()
+    torch.manual_seed(0)
+    cfg = resolve_model(ModelConfig(preset="tiny", d_model=256, heads=4, d_ff=64, layers_enc=1, layers_dec=1,
+                                    max_positions=64))
+    fp32 = Transformer(cfg, 2560).eval()
     int8 = prepare_model(copy.deepcopy(fp32), torch.device("cpu"), "int8")
     assert int8.output_proj is not None
     dequantized = int8.output_proj.weight().dequantize()
-    h = torch.zeros(5, 1, SLICED_D)
+    h = torch.zeros(5, 1, 256)
     h[torch.arange(5), 0, torch.tensor([0, 7, 100, 255, 31])] = 1.0  # c = 1
     with torch.no_grad():
         got, exact = int8.output_logits(h), fp32.output_logits(h)
     torch.testing.assert_close(got, F.linear(h, dequantized), atol=1e-5, rtol=0)
     assert (got - exact).abs().max() > 1e-4  # the weights really are int8
     torch.testing.assert_close(got, exact, atol=0.01, rtol=0)  # and still the same matrix
-
-
-@pytest.mark.parametrize("p", [0.1, 0.3])
-def test_dropout_drops_at_rate_p_and_keeps_the_expectation(p: float) -> None:
-    dropout = Dropout(p).train()
-    x = torch.full((400, 500), 2.0, requires_grad=True)
-    torch.manual_seed(0)
-    y = dropout(x)
-    dropped = (y == 0).float().mean().item()
-    assert abs(dropped - p) < 4 * (p * (1 - p) / x.numel()) ** 0.5  # within 4 standard deviations
-    kept = y[y != 0]
-    torch.testing.assert_close(kept, torch.full_like(kept, 2.0 / (1 - round(p * 65536) / 65536)))
-    torch.testing.assert_close(y.mean(), torch.tensor(2.0), rtol=0.01, atol=0)
-    y.sum().backward()  # the gradient passes exactly where the value did, with the same scale
-    torch.testing.assert_close(x.grad, y.detach() / 2.0)
-
-
-def test_dropout_follows_the_seed_and_is_off_in_eval() -> None:
-    """The trainer's exact resume rests on dropout being a function of torch's seed."""
-    dropout = Dropout(0.1).train()
-    x = torch.randn(3, 7, 16)
-    torch.manual_seed(5)
-    first = dropout(x)
-    torch.manual_seed(5)
-    assert torch.equal(dropout(x), first)
-    assert not torch.equal(dropout(x), first)
-    assert dropout.eval()(x) is x
-    assert Dropout(0.0).train()(x) is x

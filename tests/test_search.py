@@ -12,7 +12,16 @@ import torch
 
 from mtx.config import ModelConfig, resolve_model
 from mtx.model import Transformer
-from mtx.search import beam_search, greedy_search, length_penalty, row_topk, search, top_candidates
+from mtx.search import (
+    DecoderCache,
+    IncrementalDecoder,
+    beam_search,
+    greedy_search,
+    length_penalty,
+    row_topk,
+    search,
+    top_candidates,
+)
 from mtx.tokenizer import EOS, PAD
 
 A, B, C = 3, 4, 5  # three ordinary tokens after PAD, BOS, EOS, UNK
@@ -34,7 +43,7 @@ TABLE: dict[tuple[int, ...], dict[int, float]] = {
 
 
 @dataclass
-class ScriptedState:
+class ScriptedState(DecoderCache):
     """What the scripted model remembers: each sentence's source, each row's prefix. Like the real cache, it
     keeps the rows grouped by sentence and reorders the sentences only when told which ones stay."""
 
@@ -50,8 +59,9 @@ class ScriptedState:
         return self.sentence.repeat_interleave(len(self.prefix) // len(self.sentence)).tolist()
 
 
-class ScriptedModel:
-    """A model whose next-token distribution is `distribution(source's first token, prefix)`."""
+class ScriptedModel(IncrementalDecoder[ScriptedState]):
+    """A model whose next-token distribution is `distribution(source's first token, prefix)`. It names the
+    protocols search is typed against, so a type checker holds it to them as it holds mtx.model.Transformer."""
 
     def __init__(self, distribution: Callable[[int, tuple[int, ...]], dict[int, float]]) -> None:
         self.distribution = distribution
@@ -96,7 +106,7 @@ def sources(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return src, src == PAD
 
 
-def decode(model, n: int = 1, max_len: int = 10, **options):
+def decode(model: ScriptedModel, n: int = 1, max_len: int = 10, **options):
     src, src_pad = sources(n)
     return beam_search(model, src, src_pad, torch.full((n,), max_len), **options)
 

@@ -21,8 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mtx.checkpoint import load_checkpoint, step_checkpoints
 from mtx.config import TrainConfig, load_recipe, parse_duration
-from mtx.data import prepare
 from mtx.errors import MtxError
+from mtx.prepare import prepare
 from mtx.train import learning_rate, train
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -83,10 +83,11 @@ def test_resume_is_exact(tmp_path: Path) -> None:
     resumed = prepared(tmp_path / "resumed")
     stopped = train(recipe(resumed, max_steps=9, **settings))
     assert stopped.epoch == 2 and stopped.update_in_epoch > 0  # the stop falls inside an epoch
-    assert stopped.window_tokens > 0  # and inside a log window
+    (straight_ckpts, straight_metrics), (resumed_ckpts, resumed_metrics) = run_files(straight), run_files(resumed)
+    carried = load_checkpoint(resumed_ckpts / "last.pt")["train_state"]["progress"]
+    assert carried["window_tokens"] > 0  # and inside a log window, which the checkpoint carries over
     assert train(recipe(resumed, max_steps=20, **settings)).step == 20
 
-    (straight_ckpts, straight_metrics), (resumed_ckpts, resumed_metrics) = run_files(straight), run_files(resumed)
     expected = load_checkpoint(straight_ckpts / "last.pt")["model"]
     actual = load_checkpoint(resumed_ckpts / "last.pt")["model"]
     for name, tensor in expected.items():
@@ -269,6 +270,7 @@ def test_a_tiny_model_learns_to_reverse(tmp_path: Path) -> None:
     close to the edge to be a test.
     """
     from mtx.checkpoint import load_model
+    from mtx.config import DecodeConfig
     from mtx.score import corpus_bleu
     from mtx.translate import translate_sentences
 
@@ -286,7 +288,7 @@ def test_a_tiny_model_learns_to_reverse(tmp_path: Path) -> None:
 
     model, tokenizer, _ = load_model(load_recipe(path).run_path / "checkpoints" / "best.pt")
     sources, references = (p.read_text().splitlines() for p in test_files)
-    hyps = translate_sentences(model, tokenizer, sources, beam=1, lenpen=0.6, max_len_a=1.0, max_len_b=5)
+    hyps = translate_sentences(model, tokenizer, sources, DecodeConfig(beam=1, lenpen=0.6, max_len_a=1.0, max_len_b=5))
     bleu = corpus_bleu(hyps, references)
     print(f"reverse task: test BLEU {bleu:.2f}, best valid BLEU {state.best_bleu:.2f}, "
           f"{state.step} updates in {seconds:.0f} s")
@@ -438,15 +440,19 @@ def test_the_trainer_learns_at_the_scheduled_rate(tmp_path: Path) -> None:
 
 
 class FakeClock:
-    """time.monotonic for mtx.train, where every optimizer update takes `per_update` seconds."""
+    """time.monotonic for the trainer and its checkpoint keeper and log, where every optimizer update takes
+    `per_update` seconds."""
 
     def __init__(self, monkeypatch, per_update: float) -> None:
         import types
 
+        import mtx.keeper
+        import mtx.metrics_log
         import mtx.train
 
         self.offset, self.per_update = 0.0, per_update
-        monkeypatch.setattr(mtx.train, "time", types.SimpleNamespace(monotonic=self))
+        for module in (mtx.train, mtx.keeper, mtx.metrics_log):
+            monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=self))
         update = mtx.train.Trainer._train_update
 
         def timed_update(trainer, *args, **kwargs):
@@ -499,10 +505,10 @@ def test_max_epochs_stops_at_the_end_of_an_epoch_and_resumes_to_the_next(tmp_pat
 
 def scripted_bleu(monkeypatch, scores: list[float]) -> None:
     """Validation BLEU follows `scores`, one per validation; the valid loss is computed for real."""
-    import mtx.train
+    import mtx.validation
 
     remaining = iter(scores)
-    monkeypatch.setattr(mtx.train.Trainer, "_valid_bleu", lambda trainer: next(remaining))
+    monkeypatch.setattr(mtx.validation.Validator, "_valid_bleu", lambda validator: next(remaining))
 
 
 def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, monkeypatch, capfd) -> None:
@@ -531,18 +537,20 @@ def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, 
 
 def test_valid_bleu_decodes_with_valid_beam_and_the_recipe_decode_settings(tmp_path: Path, monkeypatch) -> None:
     import mtx.translate
+    from mtx.config import DecodeConfig
 
-    calls: list[dict] = []
+    calls: list[DecodeConfig] = []
     decode = mtx.translate.translate_sentences
 
-    def recorded(model, tokenizer, sources, **options):
+    def recorded(model, tokenizer, sources, options):
         calls.append(options)
-        return decode(model, tokenizer, sources, **options)
+        return decode(model, tokenizer, sources, options)
 
     monkeypatch.setattr(mtx.translate, "translate_sentences", recorded)
     path = prepared(tmp_path)
-    train(recipe(path, "decode.lenpen=0.3", "decode.max_len_b=7", max_steps=2, validate_every=2, valid_beam=3))
-    assert calls == [{"beam": 3, "lenpen": 0.3, "max_len_a": 1.0, "max_len_b": 7, "min_len": 0}]
+    train(recipe(path, "decode.lenpen=0.3", "decode.lenpen_style=fairseq", "decode.max_len_b=7", max_steps=2,
+                 validate_every=2, valid_beam=3))
+    assert calls == [DecodeConfig(beam=3, lenpen=0.3, lenpen_style="fairseq", max_len_a=1.0, max_len_b=7, min_len=0)]
 
 
 def send_signals_after_update(monkeypatch, step: int, *signums: int) -> None:
@@ -711,21 +719,21 @@ def test_a_rank_stops_when_another_rank_was_signalled(tmp_path: Path, monkeypatc
 
 def test_a_signal_during_the_valid_loss_skips_decoding(tmp_path: Path, monkeypatch) -> None:
     """The valid loss comes first; a stop signal that arrives during it must not start the decoding."""
-    import mtx.train
     import mtx.translate
+    import mtx.validation
     from mtx import distributed
     from mtx.train import Trainer
 
     path = prepared(tmp_path)
     trainer = Trainer(recipe(path, max_steps=50, validate_every=4, save_every=100), distributed.setup("cpu"))
-    loss = mtx.train.batch_loss
+    loss = mtx.validation.batch_loss
 
     def signal_arrives(model, batch, smoothing):
         if not model.training:
             trainer.signals.received = "SIGTERM"
         return loss(model, batch, smoothing)
 
-    monkeypatch.setattr(mtx.train, "batch_loss", signal_arrives)
+    monkeypatch.setattr(mtx.validation, "batch_loss", signal_arrives)
     monkeypatch.setattr(mtx.translate, "translate_sentences", lambda *a, **k: pytest.fail("decoding started"))
     assert trainer.fit().step == 4
     assert events(run_files(path)[1], "valid") == []

@@ -17,25 +17,20 @@ from typer.testing import CliRunner
 
 import mtx.search
 import mtx.translate
+import mtx.translate_lines
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.cli import app
-from mtx.config import ModelConfig, resolve_model
+from mtx.config import DecodeConfig, ModelConfig, resolve_model
 from mtx.errors import MtxError
 from mtx.model import Transformer
 from mtx.search import Hypothesis, search
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
-from mtx.translate import (
-    Translator,
-    decoding_workers,
-    map_in_threads,
-    plan_batches,
-    prepare_model,
-    read_ahead,
-    translate_sentences,
-)
+from mtx.translate import Translator, decoding_workers, map_in_threads, prepare_model, translate_sentences
+from mtx.translate_lines import read_ahead
 
 WORDS = ["red", "green", "blue", "cat", "dog", "bird", "one", "two", "three", "house", "tree", "river"]
 MAX_POSITIONS = 64
+COPY_DECODE = DecodeConfig(beam=4, lenpen=0.6, max_len_a=1.0, max_len_b=5)  # the copy checkpoint's recipe
 
 
 def sentences(n: int, rng: random.Random) -> list[str]:
@@ -99,8 +94,7 @@ def test_held_out_set_is_translated_correctly(trained: dict) -> None:
 
 def test_translate_sentences_matches_cli_and_restores_train_mode(trained: dict) -> None:
     model = trained["model"].train()
-    got = translate_sentences(model, trained["tokenizer"], trained["held_out"], beam=4, lenpen=0.6, max_len_a=1.0,
-                              max_len_b=5, batch_tokens=40)
+    got = translate_sentences(model, trained["tokenizer"], trained["held_out"], COPY_DECODE, batch_tokens=40)
     assert got == trained["held_out"]
     assert model.training
     model.eval()
@@ -118,6 +112,12 @@ def test_lines_keep_count_and_order(trained: dict) -> None:
     assert [out[i] for i in (0, 4, 7)] == held_out[:3]
     assert [out[i] for i in (1, 2, 6, 8)] == ["", "", "", ""]
     assert "1 sentences were longer than the model's 64 positions" in result.stderr
+
+
+def test_only_blank_lines_give_blank_lines(trained: dict) -> None:
+    """A window with nothing to decode (a pipe that has sent only blank lines so far) makes no batch at all."""
+    result, out = translate_cli(["-m", str(trained["checkpoint"])], b"\n \n\t\n")
+    assert result.exit_code == 0 and out == ["", "", ""]
 
 
 def test_last_line_without_newline_and_crlf(trained: dict) -> None:
@@ -176,6 +176,22 @@ def test_recipe_decode_defaults_and_flags(trained: dict) -> None:
     assert free == trained["held_out"][:1]
 
 
+def test_recipe_lenpen_style_and_nbest_are_defaults_too(trained: dict, tmp_path: Path) -> None:
+    """A recipe's lenpen_style and nbest reach the search as its other decode settings do: a checkpoint whose
+    recipe sets them prints what the flags print on one whose recipe does not (an older recipe, without them)."""
+    decode = {"beam": 4, "lenpen": 1.5, "lenpen_style": "fairseq", "max_len_a": 1.0, "max_len_b": 5, "nbest": 3}
+    checkpoint = tmp_path / "fairseq.pt"
+    save_checkpoint(make_checkpoint(trained["model"], trained["tokenizer"].to_str(), {"decode": decode}, 250),
+                    checkpoint)
+    stdin = "".join(f"{s}\n" for s in trained["held_out"][:4]).encode()
+    _, from_recipe = translate_cli(["-m", str(checkpoint)], stdin)
+    _, from_flags = translate_cli(["-m", str(trained["checkpoint"]), "--lenpen", "1.5", "--lenpen-style", "fairseq",
+                                   "--nbest", "3"], stdin)
+    _, gnmt = translate_cli(["-m", str(trained["checkpoint"]), "--lenpen", "1.5", "--nbest", "3"], stdin)
+    assert from_recipe == from_flags != gnmt
+    assert all(len(line.split("\t")) == 6 for line in from_recipe)
+
+
 def test_invalid_utf8(trained: dict) -> None:
     held_out = trained["held_out"]
     stdin = f"{held_out[0]}\n{held_out[1]}\n".encode() + b"caf\xe9\n" + f"{held_out[2]}\n".encode()
@@ -199,7 +215,7 @@ def translators(monkeypatch) -> list[Translator]:
             super().__post_init__()
             made.append(self)
 
-    monkeypatch.setattr(mtx.translate, "Translator", Recorded)
+    monkeypatch.setattr(mtx.translate_lines, "Translator", Recorded)
     return made
 
 
@@ -247,8 +263,7 @@ def test_int8_quantizes_the_output_projection_too(trained: dict) -> None:
         exact, approximate = fp32.output_logits(h), int8.output_logits(h)
     assert (approximate - exact).abs().max() < 0.05 * exact.abs().max()
     held_out = trained["held_out"]
-    translated = translate_sentences(int8, trained["tokenizer"], held_out, beam=4, lenpen=0.6, max_len_a=1.0,
-                                     max_len_b=5)
+    translated = translate_sentences(int8, trained["tokenizer"], held_out, COPY_DECODE)
     assert sum(a == b for a, b in zip(translated, held_out, strict=True)) >= 0.9 * len(held_out)
 
 
@@ -257,6 +272,7 @@ def test_int8_quantizes_the_output_projection_too(trained: dict) -> None:
     (["--dtype", "int4"], "--dtype 'int4' is not one of auto, fp32, bf16, fp16, int8"),
     (["--lenpen-style", "wu"], "--lenpen-style 'wu' is not one of gnmt, fairseq"),
     (["--beam", "0"], "--beam 0 must be at least 1"),
+    (["--max-len-a", "-1"], "--max-len-a -1.0 must be ≥ 0"),
     (["-i", "missing.txt"], "Input file missing.txt does not exist"),
     (["--beam", "100000"], "--beam 100000 is more than the model's"),
     (["--threads", "100000"], "--threads 100000 must be between 1 and 4 × this machine's"),
@@ -365,20 +381,8 @@ def test_half_precision_keeps_layernorm_and_positions_in_float32(trained: dict) 
         norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
         assert norms and all(m.weight.dtype == torch.float32 for m in norms)
         held_out = trained["held_out"]
-        translated = translate_sentences(model, trained["tokenizer"], held_out, beam=4, lenpen=0.6, max_len_a=1.0,
-                                         max_len_b=5)
+        translated = translate_sentences(model, trained["tokenizer"], held_out, COPY_DECODE)
         assert translated == held_out, dtype
-
-
-def test_plan_batches_respects_the_budget() -> None:
-    lengths = [5, 30, 2, 9, 9, 17, 1, 40, 3]
-    costs = [n + 6 for n in lengths]  # e.g. an output limit of length + 5, plus EOS
-    batches = plan_batches(lengths, costs, batch_tokens=40)
-    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    for batch in batches:
-        assert len(batch) == 1 or len(batch) * max(costs[i] for i in batch) <= 40
-        assert [lengths[i] for i in batch] == sorted((lengths[i] for i in batch), reverse=True)
-    assert batches[:2] == [[7], [1]]  # longest first, alone: each is over budget on its own
 
 
 def test_read_ahead_windows_are_bounded_and_errors_come_last() -> None:

@@ -1,36 +1,21 @@
-"""The built-in demo corpus: English→German pairs generated from a small grammar, offline and deterministic.
+"""The demo grammar: what each sentence says, drawn from one seeded random source (mtx.demo.clause orders it).
 
-It exists so that `mtx prepare recipes/demo.yaml && mtx train recipes/demo.yaml` shows real translation on a
-laptop in minutes. The grammar is small (60 nouns, 20 adjectives, 50 verbs, in mtx.demo_lexicon) but German
-makes a tiny model work for it, the way it makes a big one work on WMT:
-
-- agreement: determiners and adjective endings follow gender, number and case ("ein großer Hund",
-  "einen großen Hund", "mit einem großen Hund", "keine großen Hunde"); weak nouns ("den Studenten");
-- case: accusative and dative objects, dative verbs ("hilft dem Mann"), two-way prepositions
-  ("im Garten" vs "in den Garten"), contractions (im, ins, am, zum, zur);
-- word order: V2 after a fronted adverbial ("Heute sieht der Mann …"), verb-final subordinate clauses
-  ("…, dass der Mann den Hund gesehen hat"), a clause-first main clause ("Wenn …, liest …"), verb-first
-  questions, separable verbs ("ruft den Arzt an"), the verb bracket of perfect and modal tenses;
-- negation with "nicht" or "kein";
-- numbers written as German compounds with the units before the tens ("dreihunderteinundzwanzig"),
-  ordinal dates ("am einundzwanzigsten Juni") and clock times ("um halb acht" = "at half past seven").
-
-Every English sentence has exactly one German translation, so a model can learn it to near-perfect BLEU.
+Every choice — sentence shape, tense, words, numbers, times — is one draw from the same `random.Random`, in a
+fixed order, so a seed always gives the same corpus: changing the order of the draws changes every sentence
+after it.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from mtx.config import DemoSource
-from mtx.demo_lexicon import (
+from mtx.demo.clause import Clause, english, german_main, german_question, german_sub
+from mtx.demo.lexicon import (
     ADJECTIVES,
     BE,
     DAYS,
-    HAVE,
     MODALS,
     MONTHS,
     NOUNS,
@@ -41,33 +26,12 @@ from mtx.demo_lexicon import (
     Modal,
     Noun,
     NounPhrase,
-    Verb,
     number_de,
     number_en,
     ordinal_de,
     ordinal_en,
     preposition,
 )
-from mtx.errors import MtxError
-
-# ----------------------------------------------------------------------------------------- the grammar
-
-
-@dataclass
-class Clause:
-    """A clause's parts in both languages; the sentence decides the German word order."""
-
-    subject_en: str
-    subject_de: str
-    person: str  # 1sg, 3sg, 1pl, 3pl
-    verb: Verb
-    tense: str  # present, past, perfect
-    modal: Modal | None
-    negated: bool
-    rest_en: list[str]  # after the verb group: objects, predicate, prepositional phrases
-    middle_de: list[str]  # German middle field after the subject: objects, nicht, predicate, phrases
-    time_en: str = ""
-    time_de: str = ""
 
 
 class Grammar:
@@ -89,28 +53,28 @@ class Grammar:
         if kind < 0.42:
             clause = self.clause(time=True)
             if clause.time_de and self.chance(0.5):  # fronted adverbial: the verb stays second
-                en = f"{clause.time_en} " + " ".join(self.english(clause, with_time=False))
-                de = f"{clause.time_de} " + " ".join(self.german_main(clause, with_time=False, fronted=True))
+                en = f"{clause.time_en} " + " ".join(english(clause, with_time=False))
+                de = f"{clause.time_de} " + " ".join(german_main(clause, with_time=False, fronted=True))
             else:
-                en, de = " ".join(self.english(clause)), " ".join(self.german_main(clause))
+                en, de = " ".join(english(clause)), " ".join(german_main(clause))
             return _finish(en, "."), _finish(de, ".")
         if kind < 0.52:
             clause = self.clause(time=True, question=True)
-            return _finish(" ".join(self.english(clause, question=True)), "?"), \
-                _finish(" ".join(self.german_question(clause)), "?")
+            return _finish(" ".join(english(clause, question=True)), "?"), \
+                _finish(" ".join(german_question(clause)), "?")
         if kind < 0.68:
             return self.reported()
         if kind < 0.84:
             main, reason = self.clause(time=True), self.clause(time=False)
-            en = " ".join(self.english(main)) + " because " + " ".join(self.english(reason))
-            de = " ".join(self.german_main(main)) + ", weil " + " ".join(self.german_sub(reason))
+            en = " ".join(english(main)) + " because " + " ".join(english(reason))
+            de = " ".join(german_main(main)) + ", weil " + " ".join(german_sub(reason))
             return _finish(en, "."), _finish(de, ".")
         tense = self.pick(["present", "past"])
         condition, main = self.clause(time=False, tense=tense), self.clause(time=False, tense=tense)
-        en = "when " + " ".join(self.english(condition)) + ", " + " ".join(self.english(main))
+        en = "when " + " ".join(english(condition)) + ", " + " ".join(english(main))
         conj = "wenn" if tense == "present" else "als"
-        de = f"{conj} " + " ".join(self.german_sub(condition)) + ", " + " ".join(
-            self.german_main(main, fronted=True))
+        de = f"{conj} " + " ".join(german_sub(condition)) + ", " + " ".join(
+            german_main(main, fronted=True))
         return _finish(en, "."), _finish(de, ".")
 
     def reported(self) -> tuple[str, str]:
@@ -121,13 +85,13 @@ class Grammar:
             verb = SAYING[1]
             tense = self.pick(["present", "past"])
             main = Clause(subject_en, subject_de, person, verb, tense, None, True, [], ["nicht"])
-            en = " ".join(self.english(main)) + " whether " + " ".join(self.english(inner))
-            de = " ".join(self.german_main(main)) + ", ob " + " ".join(self.german_sub(inner))
+            en = " ".join(english(main)) + " whether " + " ".join(english(inner))
+            de = " ".join(german_main(main)) + ", ob " + " ".join(german_sub(inner))
         else:
             verb = self.pick(SAYING)
             main = Clause(subject_en, subject_de, person, verb, self.pick(["present", "past"]), None, False, [], [])
-            en = " ".join(self.english(main)) + " that " + " ".join(self.english(inner))
-            de = " ".join(self.german_main(main)) + ", dass " + " ".join(self.german_sub(inner))
+            en = " ".join(english(main)) + " that " + " ".join(english(inner))
+            de = " ".join(german_main(main)) + ", dass " + " ".join(german_sub(inner))
         return _finish(en, "."), _finish(de, ".")
 
     # ------------------------------------------------------------------------------------ clauses
@@ -302,87 +266,6 @@ class Grammar:
         minute = self.pick([m for m in range(10, 60) if m not in (15, 30, 45)])
         return f"at {number_en(hour)} {number_en(minute)}", f"um {number_de(hour)} Uhr {number_de(minute)}"
 
-    # ------------------------------------------------------------------------------------ English
-
-    def english(self, c: Clause, question: bool = False, with_time: bool = True) -> list[str]:
-        aux, main = _english_verb_group(c, question)
-        subject = [c.subject_en]
-        words = [*aux, *subject, *main, *c.rest_en] if question else [*subject, *aux, *main, *c.rest_en]
-        return words + ([c.time_en] if with_time and c.time_en else [])
-
-    # ------------------------------------------------------------------------------------ German
-
-    def german_main(self, c: Clause, with_time: bool = True, fronted: bool = False) -> list[str]:
-        """Verb second: subject first, or right after a fronted adverbial or clause (`fronted`)."""
-        finite, right, _ = _german_verbs(c)
-        time = [c.time_de] if with_time and c.time_de else []
-        if fronted:
-            return [finite, c.subject_de, *time, *c.middle_de, *right]
-        return [c.subject_de, finite, *time, *c.middle_de, *right]
-
-    def german_question(self, c: Clause) -> list[str]:
-        finite, right, _ = _german_verbs(c)
-        return [finite, c.subject_de, *([c.time_de] if c.time_de else []), *c.middle_de, *right]
-
-    def german_sub(self, c: Clause) -> list[str]:
-        """Verb last: "…, dass der Mann den Hund gesehen hat"."""
-        _, _, final = _german_verbs(c)
-        return [c.subject_de, *([c.time_de] if c.time_de else []), *c.middle_de, *final]
-
-
-def _english_verb_group(c: Clause, question: bool) -> tuple[list[str], list[str]]:
-    """(auxiliary, the rest of the verb group). Negation and questions need an auxiliary, so a verb without
-    one gets "do" ("sees" → "does not see", "does … see?"); a question puts the auxiliary first."""
-    base, third, past, participle = c.verb.en
-    third_person = c.person == "3sg"
-    not_ = ["not"] if c.negated else []
-    do = ["did" if c.tense == "past" else "does" if third_person else "do"]
-    if c.verb is BE:
-        if c.modal:
-            return [_modal_en(c.modal, c.tense)], [*not_, "be"]
-        if c.tense == "perfect":
-            return ["has" if third_person else "have"], [*not_, "been"]
-        form = {"present": {"1sg": "am", "3sg": "is"}, "past": {"1sg": "was", "3sg": "was"}}[c.tense]
-        return [form.get(c.person, "are" if c.tense == "present" else "were")], not_
-    if c.modal:
-        if c.modal.en[0] == "want to":
-            if c.negated or question:
-                return do, [*not_, "want", "to", base]
-            return [], [("wanted" if c.tense == "past" else "wants" if third_person else "want"), "to", base]
-        return [_modal_en(c.modal, c.tense)], [*not_, base]
-    if c.tense == "perfect":
-        return ["has" if third_person else "have"], [*not_, participle]
-    if c.negated or question:
-        return do, [*not_, base]
-    return [], [past if c.tense == "past" else third if third_person else base]
-
-
-def _modal_en(modal: Modal, tense: str) -> str:
-    return modal.en[1] if tense == "past" else modal.en[0]
-
-
-def _german_verbs(c: Clause) -> tuple[str, list[str], list[str]]:
-    """(finite verb for verb-second order, the verb bracket's right side, the verb-final cluster)."""
-    verb, person = c.verb, c.person
-    if c.modal:
-        singular = person.endswith("sg")
-        finite = c.modal.de[2] + ("" if singular else "n") if c.tense == "past" else c.modal.de[0 if singular else 1]
-        infinitive = "sein" if verb is BE else verb.de[0]
-        return finite, [infinitive], [infinitive, finite]
-    if c.tense == "perfect":
-        aux = _present(BE if verb.aux == "sein" else HAVE, person)
-        return aux, [verb.de[3]], [verb.de[3], aux]
-    finite = _present(verb, person) if c.tense == "present" else verb.de_past(person)
-    if verb.prefix:
-        return finite, [verb.prefix], [verb.prefix + finite]
-    return finite, [], [finite]
-
-
-def _present(verb: Verb, person: str) -> str:
-    if verb is BE:
-        return {"1sg": "bin", "3sg": "ist"}.get(person, "sind")
-    return verb.de_present(person)
-
 
 def _hour_de(hour: int) -> str:
     return "eins" if hour == 1 else number_de(hour)
@@ -410,35 +293,3 @@ def _kinds(kinds: str) -> frozenset[str]:
 
 def _finish(text: str, mark: str) -> str:
     return text[0].upper() + text[1:] + mark
-
-
-# ------------------------------------------------------------------------------------------------ corpus
-
-MAX_WORDS = 20  # longer sentences are drawn again: the demo must train in minutes
-
-
-def sample_pairs(count: int, seed: int, exclude: set[str] = frozenset()) -> list[tuple[str, str]]:
-    """`count` distinct pairs whose English is not in `exclude`; each English sentence maps to one German."""
-    grammar = Grammar(seed)
-    seen: set[str] = set(exclude)
-    pairs = []
-    attempts = 0
-    while len(pairs) < count:
-        attempts += 1
-        if attempts > 20 * count + 1000:
-            raise MtxError(f"data.source.demo: the demo grammar could not draw {count:,} distinct sentences; "
-                           "ask for fewer pairs.")
-        en, de = grammar.sentence()
-        if en in seen or len(en.split()) > MAX_WORDS or len(de.split()) > MAX_WORDS:
-            continue
-        seen.add(en)
-        pairs.append((en, de))
-    return pairs
-
-
-def demo_splits(config: DemoSource) -> dict[str, list[tuple[str, str]]]:
-    """Train, valid and test, with no English sentence in more than one of them."""
-    held_out = sample_pairs(config.valid + config.test, config.seed + 1_000_003)
-    valid, test = held_out[: config.valid], held_out[config.valid :]
-    train = sample_pairs(config.pairs, config.seed, exclude={en for en, _ in held_out})
-    return {"train": train, "valid": valid, "test": test}

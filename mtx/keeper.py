@@ -1,0 +1,174 @@
+"""The checkpoints of one training run: which one to resume from, when to write one, which to keep.
+
+mtx.checkpoint is the file format, which `mtx translate` and `mtx average` read as well; this module is the
+trainer's policy for its run's checkpoints/ folder, and changes with training, not with the format:
+
+    step_<N>.pt   the run at update N, training state included; the newest train.keep_last are kept
+    last.pt       the newest step_<N>.pt again: a hard link, or a copy where the filesystem has none
+    best.pt       the model of the best valid BLEU so far, without training state
+
+Every file is written under a temporary name and renamed into place (mtx.files), so a kill leaves at worst a
+temporary file, which the next run removes. A resumed run takes the newest step_<N>.pt rather than last.pt,
+since a kill may fall between writing the one and linking the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtx import distributed
+from mtx.checkpoint import load_checkpoint, make_checkpoint, model_config_of, save_checkpoint, step_checkpoints
+from mtx.config import Recipe
+from mtx.errors import MtxError
+from mtx.files import atomic_write
+from mtx.model import Transformer
+from mtx.tokenizer import Tokenizer
+
+SHAPE_KEYS = ("layers_enc", "layers_dec", "d_model", "heads", "d_ff", "norm", "share_embeddings", "max_positions")
+
+
+class CheckpointKeeper:
+    """Saves the model, the optimizer and the grad scaler with the trainer's progress, and restores them.
+
+    The progress is the trainer's own dict of Python primitives (its TrainState and the open loss window);
+    the keeper stores it as it is and reads nothing in it but the step and epoch it names.
+    """
+
+    def __init__(self, recipe: Recipe, ctx: distributed.Context, model: Transformer, tokenizer: Tokenizer,
+                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                 say: Callable[[str], None]) -> None:
+        self.recipe, self.ctx, self.say = recipe, ctx, say
+        self.model, self.tokenizer, self.optimizer, self.scaler = model, tokenizer, optimizer, scaler
+        self.directory = recipe.run_path / "checkpoints"
+        self.saved_step = 0  # the step of the newest checkpoint: a stop need not write it again
+        self.last_save_time = time.monotonic()  # train.save_every_minutes counts from the last save or resume
+
+    # ---- before training: rank 0 tidies up, every rank resumes
+
+    def delete_all(self) -> None:
+        """--restart: the run starts over from step 0."""
+        if self.ctx.is_main:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def remove_torn_writes(self) -> None:
+        """The temporary files that a kill in the middle of a write left behind."""
+        if self.ctx.is_main:
+            for torn in self.directory.glob(".*.tmp"):
+                torn.unlink()
+
+    def latest(self) -> Path | None:
+        """The newest step_<N>.pt (last.pt is the same file, but a kill may fall between writing one and the
+        other); last.pt alone if there is no step file."""
+        if not self.directory.is_dir():
+            return None
+        steps = step_checkpoints(self.directory)
+        if steps:
+            return steps[-1][1]
+        last = self.directory / "last.pt"
+        return last if last.is_file() else None
+
+    def resume(self) -> dict[str, Any]:
+        """Load the latest checkpoint, if any, into model, optimizer and scaler; its progress ({} if none).
+
+        Rank 0 chooses the checkpoint and every rank loads that one: on a network filesystem another rank's
+        listing of checkpoints/ can be older, and replicas resumed from different steps would drift apart
+        silently. Then all ranks check they hold the same step before the first update.
+        """
+        chosen = self.latest() if self.ctx.is_main else None
+        chosen = distributed.broadcast_object(None if chosen is None else str(chosen))
+        progress: dict[str, Any] = {}
+        problem = None
+        if chosen is not None:
+            try:
+                progress = self._load(Path(chosen))
+            except MtxError as e:
+                problem = str(e)
+        outcomes = distributed.all_gather_objects((progress.get("step", 0), problem))
+        for rank, (_, error) in enumerate(outcomes):
+            if error is not None:
+                raise MtxError(error if self.ctx.world == 1 else f"Rank {rank} cannot resume: {error}")
+        steps = [step for step, _ in outcomes]
+        if len(set(steps)) > 1:
+            raise MtxError(f"The ranks resumed from different steps ({steps}, by rank) out of {chosen}: the run "
+                           "directory must be one shared filesystem that every node sees alike.")
+        if chosen is not None:
+            self.say(f"Resuming from {chosen} (step {progress['step']}, epoch {progress['epoch']}).")
+        self.saved_step, self.last_save_time = progress.get("step", 0), time.monotonic()
+        return progress
+
+    def _load(self, path: Path) -> dict[str, Any]:
+        """Restore what `path` holds into the model, optimizer and scaler, and return its progress; refuse,
+        saying why, a checkpoint of another model shape or tokenizer, or one without training state."""
+        checkpoint = load_checkpoint(path)
+        ours, theirs = dataclasses.asdict(self.recipe.model), dataclasses.asdict(model_config_of(checkpoint))
+        differs = [f"model.{k} is {theirs[k]} there, {ours[k]} here" for k in SHAPE_KEYS if ours[k] != theirs[k]]
+        if checkpoint["vocab_size"] != self.tokenizer.vocab_size:
+            differs.append(f"the vocabulary has {checkpoint['vocab_size']} tokens there, "
+                           f"{self.tokenizer.vocab_size} here")
+        elif checkpoint["tokenizer"] != self.tokenizer.to_str():
+            differs.append("the data was prepared again since (another tokenizer)")
+        if "train_state" not in checkpoint:
+            differs.append("it holds no training state (an averaged checkpoint?)")
+        if differs:
+            raise MtxError(
+                f"Cannot resume from {path}: {'; '.join(differs)}. Pass --restart to delete {self.directory} "
+                "and start over, or give the recipe another name or run_dir."
+            )
+        self.model.load_state_dict(checkpoint["model"])
+        saved = checkpoint["train_state"]
+        self.optimizer.load_state_dict(saved["optimizer"])
+        if saved["scaler"]:
+            self.scaler.load_state_dict(saved["scaler"])
+        return saved["progress"]
+
+    # ---- while training
+
+    def save_due(self) -> bool:
+        """Whether train.save_every_minutes of wall-clock time have passed since the last save (on this rank)."""
+        minutes = self.recipe.train.save_every_minutes
+        return minutes is not None and time.monotonic() - self.last_save_time >= 60 * minutes
+
+    def save(self, step: int, progress: dict[str, Any]) -> None:
+        """step_<N>.pt, then last.pt as a hard link to it (no second write), the oldest steps beyond
+        train.keep_last pruned. Called on all ranks at the same update; only rank 0 writes."""
+        self.saved_step, self.last_save_time = step, time.monotonic()
+        if not self.ctx.is_main:
+            return
+        train_state = {"progress": progress, "optimizer": self.optimizer.state_dict(),
+                       "scaler": self.scaler.state_dict()}
+        path = self.directory / f"step_{step}.pt"
+        save_checkpoint(self._checkpoint(step, train_state), path)
+        _link_atomically(path, self.directory / "last.pt")
+        keep_last = self.recipe.train.keep_last
+        if keep_last:
+            for _, old in step_checkpoints(self.directory)[:-keep_last]:
+                old.unlink()
+
+    def save_best(self, step: int) -> None:
+        """best.pt: the model alone, for translating, from rank 0."""
+        if self.ctx.is_main:
+            save_checkpoint(self._checkpoint(step, train_state=None), self.directory / "best.pt")
+
+    def _checkpoint(self, step: int, train_state: dict[str, Any] | None) -> dict[str, Any]:
+        return make_checkpoint(self.model, self.tokenizer.to_str(), self.recipe.to_dict(), step, train_state)
+
+
+def _link_atomically(source: Path, target: Path) -> None:
+    """Make `target` the same file as `source`: a hard link renamed into place; where a filesystem has no
+    hard links, a copy streamed in blocks (never the whole checkpoint in memory), renamed into place."""
+    temporary = target.with_name(f".{target.name}.link.tmp")
+    temporary.unlink(missing_ok=True)
+    try:
+        os.link(source, temporary)
+        os.replace(temporary, target)
+    except OSError:
+        with open(source, "rb") as original:
+            atomic_write(target, lambda f: shutil.copyfileobj(original, f, 1 << 24))

@@ -1,0 +1,154 @@
+"""`mtx translate`: a stream of lines (a file or a pipe) in, one translation per line out, in order.
+
+The translator (mtx.translate) is fed windows of at most `READ_AHEAD_LINES` lines from a reader thread, so
+memory stays bounded, reading overlaps decoding, and each window's output is written and flushed before the
+next is decoded. Lines are split at b"\\n" only, as `wc -l` and `paste` count them, and every translation
+is one line, so the output has exactly the input's lines, in its order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import queue
+import sys
+import threading
+import typing
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+import torch
+
+from mtx.config import DecodeConfig
+from mtx.devices import DeviceName, choose_device
+from mtx.errors import MtxError
+from mtx.translate import Dtype, TranslationStats, Translator, prepare_model
+
+READ_AHEAD_LINES = 2000  # a window: enough sentences for length sorting to pay off, few enough to stream
+
+Errors = Literal["strict", "replace"]
+
+
+def check_choice(flag: str, value: str, allowed: object) -> None:
+    """A flag whose value must be one of a Literal type's values (the command line passes plain strings)."""
+    choices = typing.get_args(allowed)
+    if value not in choices:
+        raise MtxError(f"{flag} {value!r} is not one of {', '.join(choices)}.")
+
+
+def read_lines(stream: BinaryIO, name: str, errors: Errors) -> Iterator[str]:
+    """Lines split at b"\\n" only (a form feed or U+2028 inside a line keeps it one line), decoded as UTF-8."""
+    for number, raw in enumerate(stream, start=1):
+        try:
+            yield raw.decode("utf-8", errors=errors).rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise MtxError(
+                f"{name}, line {number}: invalid UTF-8 at byte {e.start + 1} of the line ({raw[e.start:e.end]!r}). "
+                "Convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8), or pass --errors replace to "
+                "translate such bytes as U+FFFD."
+            ) from None
+
+
+_END = object()
+
+
+def read_ahead(lines: Iterable[str], window: int) -> Iterator[list[str]]:
+    """Windows of up to `window` lines, read by a background thread into a bounded queue.
+
+    A window holds whatever has arrived, at least one line: a slow pipe gets each line translated as soon
+    as it comes, a fast one gets full windows. An error while reading (invalid UTF-8) is raised after the
+    lines before it have been handed out.
+    """
+    pending: queue.Queue = queue.Queue(maxsize=window)
+
+    def produce() -> None:
+        try:
+            for line in lines:
+                pending.put(line)
+            pending.put(_END)
+        except BaseException as e:  # handed to the consumer, which raises it in its own thread
+            pending.put(e)
+
+    threading.Thread(target=produce, name="mtx-read-ahead", daemon=True).start()
+    while True:
+        batch, item = [], pending.get()
+        while item is not _END and not isinstance(item, BaseException):
+            batch.append(item)
+            if len(batch) == window:
+                break
+            try:
+                item = pending.get_nowait()
+            except queue.Empty:
+                break
+        if batch:
+            yield batch
+        if item is _END:
+            return
+        if isinstance(item, BaseException):
+            raise item
+
+
+def format_nbest(nbest: list[tuple[str, float]], with_scores: bool) -> str:
+    """One output line: the best text alone, or (for --nbest > 1) score<TAB>text pairs joined by tabs."""
+    if not with_scores:
+        return nbest[0][0] if nbest else ""
+    return "\t".join(f"{score:.4f}\t{text}" for text, score in nbest)
+
+
+def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path | None, *,
+                   options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
+                   threads: int | None, errors: Errors, log: Callable[[str], None]) -> TranslationStats:
+    """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
+
+    `options` holds the DecodeConfig fields the user set; the others come from the checkpoint's recipe
+    (`decode:`), then from the paper's defaults (DecodeConfig's), so a checkpoint whose recipe predates a
+    field still translates.
+    """
+    from mtx.checkpoint import load_model
+
+    check_choice("--device", device, DeviceName)
+    check_choice("--dtype", dtype, Dtype)
+    check_choice("--errors", errors, Errors)
+    if input_path is not None and not input_path.is_file():
+        raise MtxError(f"Input file {input_path} does not exist: pass a text file with one sentence per line.")
+    if input_path is not None and output_path is not None and output_path.resolve() == input_path.resolve():
+        raise MtxError(f"-o {output_path} is also the input file: writing it would destroy the input.")
+    if threads is not None:
+        cores = os.cpu_count() or 1
+        if not 1 <= threads <= 4 * cores:
+            raise MtxError(f"--threads {threads} must be between 1 and 4 × this machine's {cores} cores.")
+        torch.set_num_threads(threads)
+    target = choose_device(device, "--device")
+    model, tokenizer, checkpoint = load_model(checkpoint, "cpu")
+    recipe_decode = (checkpoint.get("recipe") or {}).get("decode") or {}
+    known = {f.name for f in dataclasses.fields(DecodeConfig)}
+    chosen = {**{k: v for k, v in recipe_decode.items() if k in known}, **options}
+    translator = Translator(prepare_model(model, target, dtype), tokenizer, DecodeConfig(**chosen), batch_tokens)
+
+    show_progress, with_scores = sys.stderr.isatty(), translator.decode.nbest > 1
+    with contextlib.ExitStack() as files:
+        source = files.enter_context(open(input_path, "rb")) if input_path is not None else sys.stdin.buffer
+        sink = files.enter_context(open(output_path, "wb")) if output_path is not None else sys.stdout.buffer
+        lines = read_lines(source, str(input_path or "standard input"), errors)
+        try:
+            for window in read_ahead(lines, READ_AHEAD_LINES):
+                nbests = translator.translate(window)
+                sink.write("".join(f"{format_nbest(nbest, with_scores)}\n" for nbest in nbests).encode())
+                sink.flush()
+                if show_progress:
+                    log(f"\r{translator.stats.summary()}")
+        except BrokenPipeError:
+            # The reader of standard output left (`mtx translate ... | head`): stop quietly, as Unix tools do,
+            # with standard output pointed at /dev/null so that Python's final flush does not complain.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    stats = translator.stats
+    if show_progress:
+        log("\n")
+    if stats.truncated:
+        log(f"warning: {stats.truncated:,} sentences were longer than the model's {translator.max_positions} "
+            f"positions and were truncated to their first {translator.max_positions - 1} tokens; split such "
+            "lines to translate them whole.\n")
+    log(f"translated {stats.summary()}\n")
+    return stats

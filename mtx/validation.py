@@ -1,0 +1,83 @@
+"""Validation during training: the valid loss and BLEU of the model being trained, shared among the ranks.
+
+The valid loss needs a forward pass per batch; BLEU needs the valid sources decoded, which takes far longer,
+so a stop signal is looked at between batches and between chunks of sentences, and a validation it cuts short
+records nothing: a pre-emption gives seconds, and the checkpoint comes first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
+import torch
+
+from mtx import distributed
+from mtx.batching import collate
+from mtx.config import Recipe
+from mtx.loss import batch_loss
+from mtx.model import Transformer
+from mtx.tokenizer import Tokenizer
+from mtx.train_data import ValidSet
+
+if TYPE_CHECKING:
+    from mtx.train import StopSignals
+
+VALID_CHUNK = 200  # valid sentences decoded between two looks at the stop signals
+
+
+class Validator:
+    """Scores the model on the valid set, each rank taking every world-th batch and sentence."""
+
+    def __init__(self, valid: ValidSet, recipe: Recipe, ctx: distributed.Context, model: Transformer,
+                 tokenizer: Tokenizer, signals: StopSignals, autocast: Callable[[], AbstractContextManager]) -> None:
+        self.recipe, self.cfg, self.ctx = recipe, recipe.train, ctx
+        self.model, self.tokenizer, self.signals, self.autocast = model, tokenizer, signals, autocast
+        self.valid_split, self.valid_batches = valid.split, valid.batches
+        self.valid_sources, self.valid_refs = valid.sources, valid.refs
+
+    def run(self) -> tuple[float, float, float] | None:
+        """Per-token valid loss and nll, and BLEU; None if a stop signal cut the validation short."""
+        self.model.eval()
+        try:
+            valid = self._valid_loss()
+            bleu = self._valid_bleu() if valid is not None else None
+        finally:
+            self.model.train()
+        if valid is None or bleu is None:
+            return None
+        return (*valid, bleu)
+
+    def _valid_loss(self) -> tuple[float, float] | None:
+        """Per-token label-smoothed loss and nll over the valid split, its batches shared among the ranks;
+        None if a rank was signalled to stop."""
+        sums = torch.zeros(3, dtype=torch.float64, device=self.ctx.device)
+        with torch.no_grad(), self.autocast():
+            for indices in self.valid_batches[self.ctx.rank :: self.ctx.world]:
+                if self.signals.received is not None:
+                    break
+                batch = collate(self.valid_split, indices).to(self.ctx.device)
+                sums += torch.stack(batch_loss(self.model, batch, self.cfg.label_smoothing)).double()
+        stopped = torch.tensor([self.signals.received is not None], dtype=torch.float64)
+        loss_sum, nll_sum, n_tokens, signalled = distributed.all_reduce_sum(torch.cat([sums.cpu(), stopped])).tolist()
+        return None if signalled else (loss_sum / n_tokens, nll_sum / n_tokens)
+
+    def _valid_bleu(self) -> float | None:
+        """BLEU of decoding the valid sources, scored as `mtx score` does; each rank decodes every world-th,
+        `VALID_CHUNK` at a time between looks at the stop signals. None if a rank was signalled to stop."""
+        from mtx.score import corpus_bleu
+        from mtx.translate import translate_sentences
+
+        rank, world = self.ctx.rank, self.ctx.world
+        decode = dataclasses.replace(self.recipe.decode, beam=self.cfg.valid_beam)
+        mine, hyps = self.valid_sources[rank::world], []
+        for start in range(0, len(mine), VALID_CHUNK):
+            if self.signals.received is not None:
+                break
+            hyps += translate_sentences(self.model, self.tokenizer, mine[start : start + VALID_CHUNK], decode)
+        shards = distributed.all_gather_objects((hyps, self.signals.received is not None))
+        if any(stopped for _, stopped in shards):
+            return None
+        return corpus_bleu([shards[i % world][0][i // world] for i in range(len(self.valid_sources))], self.valid_refs)

@@ -1,0 +1,112 @@
+"""The CPU fast paths compute what the plain PyTorch expressions they stand in for compute."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mtx.kernels import (
+    FEW_QUERIES,
+    SLICE_BYTES,
+    Dropout,
+    attention,
+    explicit_attention,
+    quantizable_output_projection,
+    tied_projection,
+)
+
+# ------------------------------------------------------------------------------------------------- dropout
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_dropout_drops_at_rate_p_and_keeps_the_expectation(p: float) -> None:
+    dropout = Dropout(p).train()
+    x = torch.full((400, 500), 2.0, requires_grad=True)
+    torch.manual_seed(0)
+    y = dropout(x)
+    dropped = (y == 0).float().mean().item()
+    assert abs(dropped - p) < 4 * (p * (1 - p) / x.numel()) ** 0.5  # within 4 standard deviations
+    kept = y[y != 0]
+    torch.testing.assert_close(kept, torch.full_like(kept, 2.0 / (1 - round(p * 65536) / 65536)))
+    torch.testing.assert_close(y.mean(), torch.tensor(2.0), rtol=0.01, atol=0)
+    y.sum().backward()  # the gradient passes exactly where the value did, with the same scale
+    torch.testing.assert_close(x.grad, y.detach() / 2.0)
+
+
+def test_dropout_follows_the_seed_and_is_off_in_eval() -> None:
+    """The trainer's exact resume rests on dropout being a function of torch's seed."""
+    dropout = Dropout(0.1).train()
+    x = torch.randn(3, 7, 16)
+    torch.manual_seed(5)
+    first = dropout(x)
+    torch.manual_seed(5)
+    assert torch.equal(dropout(x), first)
+    assert not torch.equal(dropout(x), first)
+    assert dropout.eval()(x) is x
+    assert Dropout(0.0).train()(x) is x
+
+
+# ----------------------------------------------------------------------------------------------- attention
+
+
+def qkv_and_mask(queries: int, keys: int = 6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(3, 4, queries, 8) queries against 6 keys and values, and a mask hiding the second row's last two keys."""
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(3, 4, length, 8, generator=g) for length in (queries, keys, keys))
+    may_attend = torch.ones(3, 1, 1, keys, dtype=torch.bool)
+    may_attend[1, ..., keys - 2 :] = False
+    return q, k, v, may_attend
+
+
+@pytest.mark.parametrize("queries", [1, 4])
+def test_explicit_attention_equals_sdpa(queries: int) -> None:
+    """The explicit attention of decoding steps on the CPU computes what SDPA computes, for one query per row
+    (self-attention) or a few (a sentence's beams in cross-attention)."""
+    q, k, v, may_attend = qkv_and_mask(queries)
+    for mask in (None, may_attend):
+        torch.testing.assert_close(explicit_attention(q, k, v, mask),
+                                   F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+@pytest.mark.parametrize("queries", [1, FEW_QUERIES, FEW_QUERIES + 1])
+def test_attention_equals_sdpa_on_either_side_of_few_queries(queries: int) -> None:
+    """Whichever path `attention` takes, explicit up to FEW_QUERIES queries per row or SDPA beyond, padded or
+    causal, it computes SDPA's result."""
+    q, k, v, may_attend = qkv_and_mask(queries)
+    for mask in (None, may_attend):
+        torch.testing.assert_close(attention(q, k, v, mask, dropout=0.0, causal=False),
+                                   F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    q, k, v, _ = qkv_and_mask(queries, keys=queries)
+    torch.testing.assert_close(attention(q, k, v, None, dropout=0.0, causal=True),
+                               F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+# --------------------------------------------------------------------------------------- output projection
+
+# An embedding matrix whose float32 form spans two and a half of tied_projection's slices (one and a quarter in
+# bfloat16), so the last slice is partial.
+SLICED_D, SLICED_VOCAB = 256, 2560
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sliced_output_projection_equals_one_matmul(dtype: torch.dtype) -> None:
+    """Decoding on a CPU projects onto the embedding matrix a slice at a time; the slices, the partial last
+    one included, must put together exactly the logits of one F.linear over the whole matrix, for a decoding
+    step's (B, 1, D) states and for flat (N, D) ones."""
+    g = torch.Generator().manual_seed(1)
+    weight = torch.randn(SLICED_VOCAB, SLICED_D, generator=g).to(dtype)
+    assert weight.numel() * weight.element_size() > SLICE_BYTES  # more than one slice
+    assert (weight.numel() * weight.element_size()) % SLICE_BYTES  # the last slice is partial
+    for shape in ((6, 1, SLICED_D), (11, SLICED_D)):
+        h = torch.randn(shape, generator=g).to(dtype)
+        with torch.no_grad():
+            torch.testing.assert_close(tied_projection(h, weight), F.linear(h, weight))
+
+
+def test_quantizable_output_projection_is_the_embedding_matrix_itself() -> None:
+    """The module shares the embedding's parameter (no copy) and computes the tied projection."""
+    embed = torch.nn.Embedding(50, 16)
+    projection = quantizable_output_projection(embed)
+    assert projection.weight is embed.weight and projection.bias is None
+    h = torch.randn(3, 1, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(projection(h), tied_projection(h, embed.weight))
