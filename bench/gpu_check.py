@@ -303,6 +303,8 @@ def train_speed(stage: Stage) -> None:
     import torch
     from common import peak_bf16_tflops
 
+    from mtx.devices import native_bf16
+
     device = torch.device(stage.device)
     if stage.cuda:
         name = torch.cuda.get_device_name(device)
@@ -311,7 +313,7 @@ def train_speed(stage: Stage) -> None:
         emit_info("gpu_check.env", device=name, gpus=torch.cuda.device_count(), torch=torch.__version__,
                   cuda=torch.version.cuda, memory_gib=total / 2**30, free_gib=free / 2**30,
                   capability=".".join(map(str, torch.cuda.get_device_capability(device))),
-                  bf16=torch.cuda.is_bf16_supported(), peak_bf16_tflops=peak, peak_source=peak_source)
+                  bf16=native_bf16(device), peak_bf16_tflops=peak, peak_source=peak_source)
         presets, vocab, steps, repeats = ("base", "big"), 37_000, 1, 5
         speed_tokens, search_start, search_cap = 16_384, 4096, 2**20
     else:
