@@ -248,12 +248,20 @@ def translate(
     errors: Annotated[
         str, typer.Option(metavar="strict|replace", help="Invalid UTF-8 input: stop with the line number, or U+FFFD.")
     ] = "strict",
+    alignment: Annotated[bool, typer.Option(
+        "--alignment", help="Follow each translation with ' ||| ' and its word alignment in Pharaoh format: "
+        "'source-target' word indices, 0-based, one link per target word (Moses' and Marian's convention). An "
+        "empty input line gives ' ||| ' (with --nbest > 1: an empty line).")] = False,
+    alignment_layer: Annotated[int | None, typer.Option(
+        metavar="N", help="With --alignment: the decoder layer (0-based) whose cross-attention, heads averaged, "
+        "aligns. [default: the penultimate layer, provisionally]")] = None,
 ) -> None:
     """Translate one sentence per line with beam search, keeping line count and order.
 
     Scores are log P(Y|X) / lp(|Y|) with GNMT's length penalty lp = ((5 + |Y|) / 6)^α (α = --lenpen), or
     fairseq's |Y|^α with --lenpen-style fairseq. Flags left unset take the checkpoint's recipe (decode:).
     Sources longer than the model's max_positions are truncated, with a warning that counts them.
+    --alignment aligns words after the search, with one more pass of the translations through the decoder.
 
     Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
     """
@@ -263,7 +271,8 @@ def translate(
                   min_len=min_len, nbest=nbest)
     options = {k: v for k, v in chosen.items() if v is not None}
     translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
-                   threads=threads, errors=errors, log=sys.stderr.write)
+                   threads=threads, errors=errors, log=sys.stderr.write, alignment=alignment,
+                   alignment_layer=alignment_layer)
 
 
 def main() -> None:

@@ -9,10 +9,16 @@ sentence as inside it; the decoder strips that one space again. UNK keeps its fi
 
 Special tokens are never added by `encode`: the stored data holds plain sentence ids and the trainer adds
 BOS/EOS where the model needs them. Literal text such as "</s>" in the input is encoded as ordinary text.
+
+Word alignments need to know which word of the decoded text each token belongs to: `pieces` gives the text
+each token adds, and `word_of_each_token` the word, counted as `normalize_text` separates words.
 """
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import functools
 import hashlib
 import re
 import unicodedata
@@ -37,6 +43,63 @@ def normalize_text(text: str) -> str:
     """
     text = unicodedata.normalize("NFC", _CONTROL.sub("", text))
     return " ".join(text.split())
+
+
+def byte_level_spelling() -> dict[str, int]:
+    """The byte each character of a byte-level BPE token stands for (GPT-2's alphabet, which the ByteLevel
+    pre-tokenizer uses): the printable Latin-1 bytes stand for themselves, the other bytes (controls, the
+    space, the non-breaking space, the soft hyphen) for the characters from U+0100 on, in byte order, so no
+    token's spelling holds a space or a control character. The space is spelled "Ġ", U+0120."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    spelling, moved = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            spelling[chr(byte)] = byte
+        else:
+            spelling[chr(256 + moved)] = byte
+            moved += 1
+    return spelling
+
+
+_BYTE_OF = byte_level_spelling()
+
+
+def whole_characters(vocabulary: dict[str, int]) -> dict[str, str]:
+    """The text of each token of `vocabulary` (spelling → id) whose bytes are whole UTF-8 characters, by its
+    spelling: the tokens that `Tokenizer.pieces` needs not decode byte by byte."""
+    texts = {}
+    for spelled in vocabulary:
+        if all(character in _BYTE_OF for character in spelled):
+            with contextlib.suppress(UnicodeDecodeError):
+                texts[spelled] = bytes(_BYTE_OF[character] for character in spelled).decode("utf-8")
+    return texts
+
+
+def word_of_each_piece(pieces: list[str]) -> list[int | None]:
+    """For the text pieces whose concatenation is a sentence, the index of the word of
+    `normalize_text(sentence)` where each piece's first visible character falls; None for a piece that shows
+    none (a lone space, a control character). An empty piece (a token holding the later bytes of a character
+    that an earlier one starts) belongs to the word of the character before it.
+
+    The words are those `normalize_text` separates: control characters removed, then runs of whitespace
+    split. Its NFC composition neither joins nor splits words, so the words counted here are its words.
+    """
+    words, in_word, owners = 0, False, []  # words begun so far; whether the last character is part of one
+    for piece in pieces:
+        if not piece:
+            owners.append(words - 1 if in_word else None)
+            continue
+        visible = _CONTROL.sub("", piece)
+        words_in_piece = visible.split()
+        if not words_in_piece:  # whitespace alone ends a word; control characters alone change nothing
+            owners.append(None)
+            in_word = in_word and not visible
+            continue
+        continues = in_word and not visible[0].isspace()
+        owners.append(words - 1 if continues else words)
+        words += len(words_in_piece) - continues
+        in_word = not visible[-1].isspace()
+    return owners
 
 
 class Tokenizer:
@@ -99,3 +162,44 @@ class Tokenizer:
 
     def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
         return self._hf.decode_batch([list(ids) for ids in batch], skip_special_tokens=True)
+
+    @functools.cached_property
+    def _whole_characters(self) -> dict[str, str]:
+        """Made on first use: only word alignments need it."""
+        return whole_characters(self._hf.get_vocab())
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """The text each token adds to `decode(ids)`, one piece per id, with the space the decoder strips
+        from the start still there: "".join(pieces(ids)) is decode(ids), but for that space.
+
+        A character whose UTF-8 bytes are spread over several tokens belongs to the token of its first byte,
+        and so does the U+FFFD that `decode` puts for bytes that make no character. Special tokens add nothing.
+        """
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces: list[list[str]] = []
+        started = None  # the token holding the first byte of an unfinished character
+        for token, i in enumerate(ids):
+            spelled = "" if i < len(SPECIAL_TOKENS) else self._hf.id_to_token(i)
+            if started is None and spelled in self._whole_characters:  # most tokens: whole characters
+                pieces.append([self._whole_characters[spelled]])
+                continue
+            pieces.append([])
+            for character in spelled:
+                text = utf8.decode(bytes([_BYTE_OF[character]]))
+                if text and started is not None:  # that character is complete, or known to be invalid
+                    pieces[started].append(text[0])
+                    text, started = text[1:], None
+                pieces[token].append(text)
+                if started is None and utf8.getstate()[0]:
+                    started = token
+        if started is not None:
+            pieces[started].append(utf8.decode(b"", final=True))
+        return ["".join(piece) for piece in pieces]
+
+    def word_of_each_token(self, ids: Iterable[int]) -> list[int | None]:
+        """For each token, the index of its word among the whitespace-separated words of
+        `normalize_text(decode(ids))`, or None for a token that is part of no word (a special token, a lone
+        space): what pooling subword attention to words needs (mtx.alignment)."""
+        ids = list(ids)
+        owners = word_of_each_piece(self.pieces(ids))
+        return [None if i < len(SPECIAL_TOKENS) else owner for i, owner in zip(ids, owners, strict=True)]

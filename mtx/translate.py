@@ -7,7 +7,8 @@ On a CPU several batches are decoded side by side, one thread each (`decoding_wo
 a checkpoint's model on its device in the numeric format asked for.
 
 `translate_sentences` (what the trainer's validation calls) and the `mtx translate` command
-(mtx.translate_lines, which feeds it bounded windows of lines) share it.
+(mtx.translate_lines, which feeds it bounded windows of lines) share it. Asked for an `alignment_layer`, it
+also word-aligns every hypothesis it returns (mtx.alignment), after the search and without changing it.
 
 Length limits. A source longer than the model's `max_positions` (EOS included) is truncated to fit, and counted
 so the command can warn; translations are never split. The output of a source of n tokens (EOS not counted)
@@ -23,10 +24,11 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 
+from mtx.alignment import Alignment, RememberedEncoding, align_hypotheses
 from mtx.batching import decoding_batches
 from mtx.config import DecodeConfig
 from mtx.devices import available_memory, choose_dtype, half_precision_model
@@ -56,12 +58,21 @@ class TranslationStats:
                 f"({self.sentences * rate:,.1f} sentences/s, {self.output_tokens * rate:,.0f} tokens/s)")
 
 
+class Translation(NamedTuple):
+    """One hypothesis of a sentence's n-best list, as text."""
+
+    text: str
+    score: float
+    alignment: Alignment | None = None  # its word alignment, when the translator was asked for one
+
+
 @dataclass
 class Translator:
-    """A model, its tokenizer and how to search: sentences in, n-best (text, score) lists out.
+    """A model, its tokenizer and how to search: sentences in, n-best lists of `Translation`s out.
 
-    Its errors name `mtx translate`'s flags (`--beam`, `--batch-tokens`): that command is where a user chooses
-    these values, while the trainer's validation passes a recipe's, already checked.
+    `alignment_layer` (0-based; None: no alignments) is the decoder layer whose cross-attention word-aligns
+    each hypothesis. Its errors name `mtx translate`'s flags (`--beam`, `--batch-tokens`): that command is where
+    a user chooses these values, while the trainer's validation passes a recipe's, already checked.
     """
 
     model: Transformer
@@ -69,6 +80,7 @@ class Translator:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     batch_tokens: int = 4096
     stats: TranslationStats = field(default_factory=TranslationStats)
+    alignment_layer: int | None = None
 
     def __post_init__(self) -> None:
         self.decode.validate_flags()
@@ -77,17 +89,21 @@ class Translator:
         if self.decode.beam > self.model.vocab_size:
             raise MtxError(f"--beam {self.decode.beam} is more than the model's {self.model.vocab_size:,} "
                            "vocabulary tokens: beams are distinct continuations, so there cannot be more.")
+        layers = len(self.model.decoder_layers)
+        if self.alignment_layer is not None and not 0 <= self.alignment_layer < layers:
+            raise MtxError(f"--alignment-layer {self.alignment_layer} is not a layer of this model, whose "
+                           f"decoder layers are numbered 0 to {layers - 1}.")
         self.max_positions: int = self.model.cfg.max_positions
         self.device = next(self.model.parameters()).device
 
-    def translate(self, sentences: list[str]) -> list[list[tuple[str, float]]]:
-        """The n-best (text, score) pairs of each sentence, best first; an empty sentence gets an empty list."""
+    def translate(self, sentences: list[str]) -> list[list[Translation]]:
+        """The n-best translations of each sentence, best first; an empty sentence gets an empty list."""
         started = time.perf_counter()
         texts = [normalize_text(s) for s in sentences]
         todo = [i for i, text in enumerate(texts) if text]
         sources = [self._source(ids) for ids in self.tokenizer.encode_batch([texts[i] for i in todo])]
         limits = [self._output_limit(len(ids) - 1) for ids in sources]
-        results: list[list[tuple[str, float]]] = [[] for _ in sentences]
+        results: list[list[Translation]] = [[] for _ in sentences]
         batches = decoding_batches([len(ids) for ids in sources], limits, self.batch_tokens)
         workers, threads_each = decoding_workers(self.device, torch.get_num_threads(), len(batches))
         self._check_memory([(len(b), max(len(sources[j]) for j in b), max(limits[j] for j in b)) for b in batches],
@@ -95,13 +111,16 @@ class Translator:
         decoded_batches = map_in_threads(
             lambda batch: self._search_batch([sources[j] for j in batch], [limits[j] for j in batch]),
             batches, workers, threads_each)
-        for batch, nbests in zip(batches, decoded_batches, strict=True):
+        for batch, (nbests, alignments) in zip(batches, decoded_batches, strict=True):
             # Normalised like the training targets, so no output can hold a line break or a tab, even if a
             # model emits the byte token of one.
             decoded = self.tokenizer.decode_batch([h.tokens for nbest in nbests for h in nbest])
             texts_out = iter(normalize_text(text) for text in decoded)
-            for j, nbest in zip(batch, nbests, strict=True):
-                results[todo[j]] = [(next(texts_out), h.score) for h in nbest]
+            if alignments is None:
+                alignments = [[None] * len(nbest) for nbest in nbests]
+            for j, nbest, aligned in zip(batch, nbests, alignments, strict=True):
+                results[todo[j]] = [Translation(next(texts_out), h.score, alignment)
+                                    for h, alignment in zip(nbest, aligned, strict=True)]
                 self.stats.output_tokens += len(nbest[0].tokens)
         self.stats.sentences += len(sentences)
         self.stats.seconds += time.perf_counter() - started
@@ -143,12 +162,20 @@ class Translator:
         d = self.decode
         return min(math.floor(d.max_len_a * source_tokens + d.max_len_b), self.max_positions - 1)
 
-    def _search_batch(self, sources: list[list[int]], limits: list[int]) -> list[list[Hypothesis]]:
+    def _search_batch(self, sources: list[list[int]],
+                      limits: list[int]) -> tuple[list[list[Hypothesis]], list[list[Alignment]] | None]:
+        """One batch's n-best lists, and their alignments when asked for (None otherwise)."""
         rows = [torch.tensor(ids) for ids in sources]
         src = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD).to(self.device)
         d = self.decode
-        return search(self.model, src, src == PAD, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
-                      lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest)
+        # Only a search whose hypotheses are to be aligned drives the model through RememberedEncoding.
+        encoding = None if self.alignment_layer is None else RememberedEncoding(self.model)
+        nbests = search(encoding or self.model, src, src == PAD, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
+                        lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest)
+        if encoding is None:
+            return nbests, None
+        return nbests, align_hypotheses(self.model, self.tokenizer, sources, encoding.memory, nbests,
+                                        self.alignment_layer)
 
 
 def decoding_workers(device: torch.device, threads: int, batches: int) -> tuple[int, int]:

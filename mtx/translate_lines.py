@@ -4,6 +4,12 @@ The translator (mtx.translate) is fed windows of at most `READ_AHEAD_LINES` line
 memory stays bounded, reading overlaps decoding, and each window's output is written and flushed before the
 next is decoded. Lines are split at b"\\n" only, as `wc -l` and `paste` count them, and every translation
 is one line, so the output has exactly the input's lines, in its order.
+
+With `--alignment`, each translation is followed by " ||| " and its word alignment in Pharaoh format (the
+convention of Moses' and Marian's tools): "source-target" word indices, 0-based, one link per target word
+(mtx.alignment). An empty input line then gives " ||| ", so that every output line splits into the same two
+fields; with `--nbest`, where each hypothesis carries its own alignment, it still gives an empty line, as it
+has no hypotheses.
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ from typing import BinaryIO, Literal
 
 import torch
 
+from mtx.alignment import default_alignment_layer, pharaoh
 from mtx.config import DecodeConfig
 from mtx.devices import DeviceName, choose_device
 from mtx.errors import MtxError
-from mtx.translate import Dtype, TranslationStats, Translator, prepare_model
+from mtx.translate import Dtype, Translation, TranslationStats, Translator, prepare_model
 
 READ_AHEAD_LINES = 2000  # a window: enough sentences for length sorting to pay off, few enough to stream
+ALIGNMENT_SEPARATOR = " ||| "  # between a translation and its alignment, as Moses and Marian write it
 
 Errors = Literal["strict", "replace"]
 
@@ -90,27 +98,38 @@ def read_ahead(lines: Iterable[str], window: int) -> Iterator[list[str]]:
             raise item
 
 
-def format_nbest(nbest: list[tuple[str, float]], with_scores: bool) -> str:
-    """One output line: the best text alone, or (for --nbest > 1) score<TAB>text pairs joined by tabs."""
+def format_nbest(nbest: list[Translation], with_scores: bool, with_alignment: bool = False) -> str:
+    """One output line: the best text alone, or (for --nbest > 1) score<TAB>text pairs joined by tabs; with
+    alignments, each text followed by " ||| " and its alignment (an empty 1-best line: the separator alone)."""
+
+    def shown(translation: Translation) -> str:
+        if not with_alignment:
+            return translation.text
+        return f"{translation.text}{ALIGNMENT_SEPARATOR}{pharaoh(translation.alignment or [])}"
+
     if not with_scores:
-        return nbest[0][0] if nbest else ""
-    return "\t".join(f"{score:.4f}\t{text}" for text, score in nbest)
+        return shown(nbest[0]) if nbest else (ALIGNMENT_SEPARATOR if with_alignment else "")
+    return "\t".join(f"{translation.score:.4f}\t{shown(translation)}" for translation in nbest)
 
 
 def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path | None, *,
                    options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
-                   threads: int | None, errors: Errors, log: Callable[[str], None]) -> TranslationStats:
+                   threads: int | None, errors: Errors, log: Callable[[str], None], alignment: bool = False,
+                   alignment_layer: int | None = None) -> TranslationStats:
     """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
 
     `options` holds the DecodeConfig fields the user set; the others come from the checkpoint's recipe
     (`decode:`), then from the paper's defaults (DecodeConfig's), so a checkpoint whose recipe predates a
-    field still translates.
+    field still translates. `alignment` adds word alignments from the decoder layer `alignment_layer`
+    (0-based; None: `default_alignment_layer`), which only applies with it.
     """
     from mtx.checkpoint import load_model
 
     check_choice("--device", device, DeviceName)
     check_choice("--dtype", dtype, Dtype)
     check_choice("--errors", errors, Errors)
+    if alignment_layer is not None and not alignment:
+        raise MtxError("--alignment-layer only applies with --alignment.")
     if input_path is not None and not input_path.is_file():
         raise MtxError(f"Input file {input_path} does not exist: pass a text file with one sentence per line.")
     if input_path is not None and output_path is not None and output_path.resolve() == input_path.resolve():
@@ -125,7 +144,10 @@ def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path 
     recipe_decode = (checkpoint.get("recipe") or {}).get("decode") or {}
     known = {f.name for f in dataclasses.fields(DecodeConfig)}
     chosen = {**{k: v for k, v in recipe_decode.items() if k in known}, **options}
-    translator = Translator(prepare_model(model, target, dtype), tokenizer, DecodeConfig(**chosen), batch_tokens)
+    if alignment and alignment_layer is None:
+        alignment_layer = default_alignment_layer(len(model.decoder_layers))
+    translator = Translator(prepare_model(model, target, dtype), tokenizer, DecodeConfig(**chosen), batch_tokens,
+                            alignment_layer=alignment_layer)
 
     show_progress, with_scores = sys.stderr.isatty(), translator.decode.nbest > 1
     with contextlib.ExitStack() as files:
@@ -135,7 +157,7 @@ def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path 
         try:
             for window in read_ahead(lines, READ_AHEAD_LINES):
                 nbests = translator.translate(window)
-                sink.write("".join(f"{format_nbest(nbest, with_scores)}\n" for nbest in nbests).encode())
+                sink.write("".join(f"{format_nbest(nbest, with_scores, alignment)}\n" for nbest in nbests).encode())
                 sink.flush()
                 if show_progress:
                     log(f"\r{translator.stats.summary()}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import random
 import select
@@ -279,6 +280,9 @@ def test_int8_quantizes_the_output_projection_too(trained: dict) -> None:
     (["--threads", "0"], "--threads 0 must be between 1 and 4 × this machine's"),
     (["--batch-tokens", "0"], "--batch-tokens 0 must be at least 1"),
     (["--device", "cuda"], "--device = 'cuda' but PyTorch sees no CUDA GPU here"),
+    (["--alignment-layer", "0"], "--alignment-layer only applies with --alignment"),
+    (["--alignment", "--alignment-layer", "1"],
+     "--alignment-layer 1 is not a layer of this model, whose decoder layers are numbered 0 to 0"),
 ])
 def test_bad_flags_are_user_errors(trained: dict, flags: list[str], message: str, monkeypatch) -> None:
     """Exit 1 with a message naming the flag. PyTorch is made to see no GPU, so that `--device cuda` is the
@@ -441,3 +445,65 @@ def test_batches_decoded_side_by_side_equal_one_at_a_time(trained: dict) -> None
     assert [n[0][0] for n in side_by_side] == [n[0][0] for n in one_at_a_time] == trained["held_out"]
     for a, b in zip(side_by_side, one_at_a_time, strict=True):
         assert abs(a[0][1] - b[0][1]) < 1e-4
+
+
+def split_alignments(lines: list[str]) -> tuple[list[str], list[list[tuple[int, int]]]]:
+    """--alignment output lines → their texts and their (source, target) links."""
+    texts, links = [], []
+    for line in lines:
+        text, pharaoh = line.split(" ||| ")
+        texts.append(text)
+        links.append([tuple(int(i) for i in link.split("-")) for link in pharaoh.split()])
+    return texts, links
+
+
+def diagonal_share(links: list[list[tuple[int, int]]]) -> float:
+    every = [link for line in links for link in line]
+    return sum(source == target for source, target in every) / len(every)
+
+
+def test_alignment_follows_the_plain_translation_and_is_the_diagonal_of_a_copy(trained: dict) -> None:
+    """--alignment: each line is the plain translation, " ||| " and one link per target word, in target order.
+    The model copies, so target word i is source word i: the default layer's links are the diagonal (all
+    but a few). Line count and order are kept, and an empty line gives the separator alone."""
+    held_out = trained["held_out"]
+    lines = [held_out[0], "", *held_out[1:], "  "]
+    stdin = "".join(f"{line}\n" for line in lines).encode()
+    _, plain = translate_cli(["-m", str(trained["checkpoint"])], stdin)
+    result, aligned = translate_cli(["-m", str(trained["checkpoint"]), "--alignment", "--batch-tokens", "60"], stdin)
+    assert result.exit_code == 0 and len(aligned) == len(lines)
+    assert aligned[1] == aligned[-1] == " ||| "
+    texts, links = split_alignments(aligned)
+    assert texts == plain
+    for text, line_links in zip(texts, links, strict=True):
+        assert [target for _, target in line_links] == list(range(len(text.split())))
+    assert diagonal_share(links) >= 0.9
+
+
+def test_each_nbest_entry_gets_its_own_alignment(trained: dict) -> None:
+    held_out = trained["held_out"][:5]
+    stdin = "".join(f"{s}\n" for s in [held_out[0], "", *held_out[1:]]).encode()
+    _, plain = translate_cli(["-m", str(trained["checkpoint"]), "--nbest", "3"], stdin)
+    result, aligned = translate_cli(["-m", str(trained["checkpoint"]), "--nbest", "3", "--alignment"], stdin)
+    assert result.exit_code == 0 and aligned[1] == plain[1] == ""
+    for plain_line, aligned_line in zip([plain[0], *plain[2:]], [aligned[0], *aligned[2:]], strict=True):
+        fields, aligned_fields = plain_line.split("\t"), aligned_line.split("\t")
+        assert aligned_fields[0::2] == fields[0::2]  # the scores
+        texts, links = split_alignments(aligned_fields[1::2])
+        assert texts == fields[1::2]
+        assert all(len(line_links) == len(text.split()) for text, line_links in zip(texts, links, strict=True))
+    best = [split_alignments([line.split("\t")[1]])[1][0] for line in [aligned[0], *aligned[2:]]]
+    assert diagonal_share(best) >= 0.9
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
+def test_alignment_leaves_the_search_unchanged(trained: dict, dtype: str) -> None:
+    """Aligning runs after the search: beam 4's n-best texts and scores are those of a translator that does
+    not align, in every numeric format, and a copy's alignment is still the diagonal."""
+    model = prepare_model(copy.deepcopy(trained["model"]), torch.device("cpu"), dtype)
+    decode = dataclasses.replace(COPY_DECODE, nbest=2)
+    plain = Translator(model, trained["tokenizer"], decode).translate(trained["held_out"])
+    aligned = Translator(model, trained["tokenizer"], decode, alignment_layer=0).translate(trained["held_out"])
+    assert [[(t.text, t.score) for t in n] for n in aligned] == [[(t.text, t.score) for t in n] for n in plain]
+    assert all(t.alignment is None for n in plain for t in n)
+    assert diagonal_share([n[0].alignment for n in aligned]) >= 0.9

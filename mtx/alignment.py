@@ -1,0 +1,134 @@
+"""Word alignments from cross-attention: for each target word, the source word it was translated from.
+
+After the search, the hypotheses of a batch are passed once more through the decoder, teacher-forced, on the
+explicit path of mtx.attention, which keeps the weights that the fast path does not return; the encoder output
+is the one the search computed (`RememberedEncoding`). The search itself is untouched, and a translation that
+asks for no alignment never runs this.
+
+From the cross-attention of one decoder layer, averaged over its heads, each target token's row is the
+attention of the step that predicted it (the EOS step's row is left out). Tokens are subwords; words are the
+whitespace-separated words of the normalised source line and of the output line, and each token belongs to the
+word where its first visible character falls (`Tokenizer.word_of_each_token`). Pooling to words:
+
+- over a source word's subwords the attention is summed: it is the share of the target token's attention that
+  the word receives, whatever the number of pieces it was cut into (a maximum would favour a word whose
+  attention is concentrated in one piece over one whose attention is spread over several);
+- over a target word's subwords it is averaged: each row is a distribution over the source, and their mean is
+  the word's distribution, with the argmax of their sum.
+
+The source's EOS column is left out, and each target word is aligned to the source word of highest pooled
+attention: one link per target word, printed in target order as Pharaoh "source-target" pairs (0-based word
+indices), e.g. "0-0 2-1 1-2".
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from mtx.attention import cross_attention
+from mtx.model import DecoderState, Transformer
+from mtx.search import Hypothesis
+from mtx.tokenizer import BOS, PAD, Tokenizer
+
+Alignment = list[tuple[int, int]]  # (source word, target word) links, in target word order
+
+
+class RememberedEncoding:
+    """The model as search drives it (an `mtx.search.IncrementalDecoder`), keeping the encoder output of the
+    batch it searches, so that aligning the batch's hypotheses need not encode their sources again."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.model = model
+        self.memory: Tensor | None = None
+
+    def encode(self, src: Tensor, src_pad: Tensor) -> Tensor:
+        self.memory = self.model.encode(src, src_pad)
+        return self.memory
+
+    def init_state(self, memory: Tensor, src_pad: Tensor, max_len: int) -> DecoderState:
+        return self.model.init_state(memory, src_pad, max_len)
+
+    def decode_step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        return self.model.decode_step(prev, state)
+
+
+def default_alignment_layer(decoder_layers: int) -> int:
+    """The penultimate decoder layer (0-based), or the only layer of a one-layer decoder.
+
+    Garg et al. (2019, "Jointly Learning to Align and Translate with Transformer Models") found the
+    penultimate layer's attention, heads averaged, to align best. It is a provisional default, until the
+    demo's gold alignments measure every layer.
+    """
+    return max(decoder_layers - 2, 0)
+
+
+def word_count(words: list[int | None]) -> int:
+    return 1 + max((word for word in words if word is not None), default=-1)
+
+
+def word_indices(words_per_row: list[list[int | None]], length: int, count: int) -> Tensor:
+    """(rows, length) long: each token's word, and `count` (a word beyond the real ones, which pooling then
+    drops) for a token of no word and for the positions beyond a row's tokens."""
+    return torch.tensor([[count if word is None else word for word in words] + [count] * (length - len(words))
+                         for words in words_per_row])
+
+
+def word_attention(attention: Tensor, target_words: list[list[int | None]],
+                   source_words: list[list[int | None]]) -> Tensor:
+    """The (rows, target tokens, source tokens) float32 attention of a batch of hypotheses pooled to (rows,
+    target words, source words): averaged over each target word's tokens, summed over each source word's.
+    A token of no word (EOS among them) counts in none, and neither do the tokens beyond a row's lists. The
+    words are as many as the most of any row; a row with fewer has zeros beyond its own."""
+    rows, length, width = attention.shape
+    target_count = max(map(word_count, target_words), default=0)
+    source_count = max(map(word_count, source_words), default=0)
+    target = word_indices(target_words, length, target_count).to(attention.device)
+    source = word_indices(source_words, width, source_count).to(attention.device)
+    by_source = attention.new_zeros(rows, length, source_count + 1)
+    by_source.scatter_add_(2, source[:, None, :].expand(rows, length, width), attention)
+    summed = attention.new_zeros(rows, target_count + 1, source_count + 1)
+    summed.scatter_add_(1, target[:, :, None].expand(rows, length, source_count + 1), by_source)
+    tokens = attention.new_zeros(rows, target_count + 1).scatter_add_(1, target, torch.ones_like(attention[:, :, 0]))
+    return (summed / tokens.clamp(min=1.0).unsqueeze(2))[:, :target_count, :source_count]
+
+
+def hard_alignments(pooled: Tensor, target_words: list[list[int | None]],
+                    source_words: list[list[int | None]]) -> list[Alignment]:
+    """Each target word of each row of `word_attention`'s `pooled` linked to its source word of highest
+    attention (the first, of equals): (source, target) pairs in target order; none when either side has no
+    words."""
+    source_counts = torch.tensor([word_count(words) for words in source_words])
+    beyond = torch.arange(pooled.shape[2]) >= source_counts[:, None]  # (rows, source words) not in the row
+    best = pooled.masked_fill(beyond[:, None, :], -1.0).argmax(dim=2).tolist()
+    return [[(best[row][target], target) for target in range(word_count(words))] if source_counts[row] else []
+            for row, words in enumerate(target_words)]
+
+
+def pharaoh(alignment: Alignment) -> str:
+    """The Pharaoh format of Moses and Marian: "source-target" pairs separated by spaces."""
+    return " ".join(f"{source}-{target}" for source, target in alignment)
+
+
+def align_hypotheses(model: Transformer, tokenizer: Tokenizer, sources: list[list[int]], memory: Tensor,
+                     nbests: list[list[Hypothesis]], layer: int) -> list[list[Alignment]]:
+    """The word alignment of every hypothesis of `nbests`, from the cross-attention of decoder layer `layer`
+    (0-based), heads averaged. `sources` holds each sentence's token ids, EOS included, as searched, and
+    `memory` (B, S, D) the encoder output of their padded batch; the hypotheses of all sentences are
+    teacher-forced in one pass."""
+    rows = [(i, h.tokens) for i, nbest in enumerate(nbests) for h in nbest]
+    if not rows:
+        return [[] for _ in nbests]
+    sentence = torch.tensor([i for i, _ in rows], device=memory.device)
+    src_pad = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids) for ids in sources], batch_first=True,
+                                              padding_value=PAD).to(memory.device) == PAD
+    tgt_in = torch.nn.utils.rnn.pad_sequence([torch.tensor([BOS, *tokens]) for _, tokens in rows], batch_first=True,
+                                             padding_value=PAD).to(memory.device)
+    weights = cross_attention(model, memory[sentence], src_pad[sentence], tgt_in, layer)
+    attention = weights.mean(dim=1)  # heads averaged
+    words_of_sources = [tokenizer.word_of_each_token(ids) for ids in sources]
+    target_words = [tokenizer.word_of_each_token(tokens) for _, tokens in rows]
+    source_words = [words_of_sources[i] for i, _ in rows]
+    links = iter(hard_alignments(word_attention(attention, target_words, source_words).cpu(), target_words,
+                                 source_words))
+    return [[next(links) for _ in nbest] for nbest in nbests]

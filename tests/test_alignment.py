@@ -1,0 +1,132 @@
+"""Word alignments: tokens mapped to the words of the detokenized text, subword attention pooled to words,
+the hard alignment and its Pharaoh format. The end-to-end tests on a trained model are in test_translate.py."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from tokenizers import pre_tokenizers
+
+from mtx.alignment import default_alignment_layer, hard_alignments, pharaoh, word_attention
+from mtx.tokenizer import EOS, Tokenizer, byte_level_spelling, normalize_text
+from mtx.translate import Translation
+from mtx.translate_lines import format_nbest
+
+CORPUS = [
+    "Der Mann sieht den Hund im Park.",
+    "The man sees the dog in the park.",
+    "Hallo, Welt! Wie geht es dir? 12,5 % mehr als 2024.",
+    "Grüße aus Köln: Straße, Maß und Fuß.",
+]
+# Words the small vocabulary cuts into several subwords, punctuation attached to words, non-ASCII letters,
+# an emoji and CJK characters (spelled as bytes: no merge covers them), and a combining accent.
+SENTENCES = [
+    "Donaudampfschifffahrt, Parkhaus! Hundefutter?",
+    "Grüße aus Köln: «Straße», Maß und Fuß.",
+    "🙂 漢字テスト (e\u0301) — 12,5% mehr.",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer.train(CORPUS * 20, vocab_size=300, min_frequency=2)
+
+
+def words_by_token(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
+    """Each word of the decoded text rebuilt from the pieces of the tokens mapped to it, normalised."""
+    pieces, owners = tokenizer.pieces(ids), tokenizer.word_of_each_token(ids)
+    count = 1 + max((w for w in owners if w is not None), default=-1)
+    return [normalize_text("".join(p for p, o in zip(pieces, owners, strict=True) if o == w)) for w in range(count)]
+
+
+def test_byte_level_spelling_is_the_pre_tokenizers_alphabet() -> None:
+    spelling = byte_level_spelling()
+    assert set(spelling) == set(pre_tokenizers.ByteLevel.alphabet())
+    assert sorted(spelling.values()) == list(range(256))
+    assert spelling["Ġ"] == ord(" ") and spelling["a"] == ord("a")
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_tokens_map_to_the_words_of_the_sentence(tokenizer: Tokenizer, sentence: str) -> None:
+    """Words cut into several subwords, punctuation attached to a word, non-ASCII text: the tokens of each
+    word, and only they, spell it."""
+    text = normalize_text(sentence)
+    ids = tokenizer.encode(text)
+    assert len(ids) > len(text.split())  # some words are cut into several tokens
+    assert "".join(tokenizer.pieces(ids)) == f" {text}"
+    assert words_by_token(tokenizer, ids) == text.split()
+    assert tokenizer.word_of_each_token([*ids, EOS])[-1] is None
+
+
+def test_any_token_sequence_maps_to_the_words_of_its_decoded_text(tokenizer: Tokenizer) -> None:
+    """Whatever a model emits (byte tokens that split a character, that never complete one, a lone space,
+    control bytes, special tokens), the pieces rebuild `decode`, and the words rebuilt from the tokens mapped
+    to them are the words of the normalised output line."""
+    rng = random.Random(0)
+    for _ in range(300):
+        ids = [rng.randrange(tokenizer.vocab_size) for _ in range(rng.randint(0, 12))]
+        decoded = tokenizer.decode(ids)
+        joined = "".join(tokenizer.pieces(ids))
+        assert (joined[1:] if joined.startswith(" ") else joined) == decoded
+        assert words_by_token(tokenizer, ids) == normalize_text(decoded).split()
+
+
+def test_pooling_sums_over_source_subwords_and_averages_over_target_subwords() -> None:
+    """Target tokens: word 0 in two pieces, then word 1. Source tokens: word 0, word 1 in two pieces, EOS.
+    Source word 1 receives more of target word 0's attention in total (0.4 on average over its pieces) than
+    source word 0 (0.3), though less than word 0 in any one piece; EOS, which draws most attention, is left
+    out."""
+    attention = torch.tensor([[
+        [0.4, 0.3, 0.3, 0.0],
+        [0.2, 0.1, 0.1, 0.6],
+        [0.05, 0.0, 0.05, 0.9],
+        [0.0, 0.0, 0.0, 1.0],  # the EOS step's row, beyond the target's tokens
+    ]])
+    target, source = [[0, 0, 1]], [[0, 1, 1, None]]
+    pooled = word_attention(attention, target, source)
+    torch.testing.assert_close(pooled, torch.tensor([[[0.3, 0.4], [0.05, 0.05]]]))
+    assert hard_alignments(pooled, target, source) == [[(1, 0), (0, 1)]]  # a tie goes to the first source word
+
+
+def test_tokens_of_no_word_count_in_none() -> None:
+    """A lone space token (None) neither adds to a target word's average nor takes a source word's share."""
+    attention = torch.tensor([[[0.9, 0.1, 0.0], [0.1, 0.0, 0.9], [0.2, 0.8, 0.0]]])
+    pooled = word_attention(attention, [[None, 0, 0]], [[None, 0, 1]])
+    torch.testing.assert_close(pooled, torch.tensor([[[0.4, 0.45]]]))
+    assert hard_alignments(pooled, [[None, 0, 0]], [[None, 0, 1]]) == [[(1, 0)]]
+
+
+def test_rows_of_a_batch_are_pooled_on_their_own() -> None:
+    """Rows of different lengths and word counts: each row's words only, however many the others have, and
+    no links for a row without target words (an empty translation)."""
+    attention = torch.tensor([
+        [[0.1, 0.2, 0.7], [0.6, 0.3, 0.1], [0.0, 0.0, 1.0]],
+        [[0.9, 0.1, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],  # source: one word, then EOS and padding
+        [[0.5, 0.5, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]],
+    ])
+    target, source = [[0, 1], [0], []], [[0, 1, None], [0, None], [0, 1, None]]
+    pooled = word_attention(attention, target, source)
+    assert pooled.shape == (3, 2, 2)
+    torch.testing.assert_close(pooled[1], torch.tensor([[0.9, 0.0], [0.0, 0.0]]))
+    assert hard_alignments(pooled, target, source) == [[(1, 0), (0, 1)], [(0, 0)], []]
+
+
+def test_pharaoh_and_output_lines() -> None:
+    assert pharaoh([(0, 0), (2, 1), (1, 2)]) == "0-0 2-1 1-2"
+    assert pharaoh([]) == ""
+    best = [Translation("Das Haus", -0.25, [(0, 0), (1, 1)]), Translation("Haus das", -1.5, [(1, 0), (0, 1)])]
+    assert format_nbest(best, with_scores=False, with_alignment=True) == "Das Haus ||| 0-0 1-1"
+    assert format_nbest(best, with_scores=False) == "Das Haus"
+    assert format_nbest(best, with_scores=True, with_alignment=True) == (
+        "-0.2500\tDas Haus ||| 0-0 1-1\t-1.5000\tHaus das ||| 1-0 0-1")
+    assert format_nbest([], with_scores=False, with_alignment=True) == " ||| "
+    assert format_nbest([], with_scores=True, with_alignment=True) == ""
+    assert format_nbest([Translation("", -3.0, [])], with_scores=False, with_alignment=True) == " ||| "
+
+
+def test_default_layer_is_the_penultimate() -> None:
+    assert default_alignment_layer(6) == 4
+    assert default_alignment_layer(2) == 0
+    assert default_alignment_layer(1) == 0
