@@ -110,18 +110,16 @@ def pharaoh(alignment: Alignment) -> str:
     return " ".join(f"{source}-{target}" for source, target in alignment)
 
 
-def align_hypotheses(model: Transformer, tokenizer: Tokenizer, sources: list[list[int]], memory: Tensor,
-                     nbests: list[list[Hypothesis]], layer: int) -> list[list[Alignment]]:
+def align_hypotheses(model: Transformer, tokenizer: Tokenizer, sources: list[list[int]], src_pad: Tensor,
+                     memory: Tensor, nbests: list[list[Hypothesis]], layer: int) -> list[list[Alignment]]:
     """The word alignment of every hypothesis of `nbests`, from the cross-attention of decoder layer `layer`
-    (0-based), heads averaged. `sources` holds each sentence's token ids, EOS included, as searched, and
-    `memory` (B, S, D) the encoder output of their padded batch; the hypotheses of all sentences are
-    teacher-forced in one pass."""
+    (0-based), heads averaged. `sources` holds each sentence's token ids, EOS included, as searched, `src_pad`
+    (B, S) their padded batch's padding and `memory` (B, S, D) its encoder output, both as the search had them;
+    the hypotheses of all sentences are teacher-forced in one pass."""
     rows = [(i, h.tokens) for i, nbest in enumerate(nbests) for h in nbest]
     if not rows:
         return [[] for _ in nbests]
     sentence = torch.tensor([i for i, _ in rows], device=memory.device)
-    src_pad = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids) for ids in sources], batch_first=True,
-                                              padding_value=PAD).to(memory.device) == PAD
     tgt_in = torch.nn.utils.rnn.pad_sequence([torch.tensor([BOS, *tokens]) for _, tokens in rows], batch_first=True,
                                              padding_value=PAD).to(memory.device)
     weights = cross_attention(model, memory[sentence], src_pad[sentence], tgt_in, layer)

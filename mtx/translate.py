@@ -167,14 +167,14 @@ class Translator:
         """One batch's n-best lists, and their alignments when asked for (None otherwise)."""
         rows = [torch.tensor(ids) for ids in sources]
         src = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD).to(self.device)
-        d = self.decode
+        src_pad, d = src == PAD, self.decode
         # Only a search whose hypotheses are to be aligned drives the model through RememberedEncoding.
         encoding = None if self.alignment_layer is None else RememberedEncoding(self.model)
-        nbests = search(encoding or self.model, src, src == PAD, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
+        nbests = search(encoding or self.model, src, src_pad, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
                         lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest)
         if encoding is None:
             return nbests, None
-        return nbests, align_hypotheses(self.model, self.tokenizer, sources, encoding.memory, nbests,
+        return nbests, align_hypotheses(self.model, self.tokenizer, sources, src_pad, encoding.memory, nbests,
                                         self.alignment_layer)
 
 
