@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokenizers import pre_tokenizers
 
-from mtx.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, normalize_text
+from mtx.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, byte_level_spelling, normalize_text
 
 CORPUS = [
     "Der Mann sieht den Hund im Park.",
@@ -94,3 +97,53 @@ def test_serialization_round_trip(tokenizer: Tokenizer, tmp_path) -> None:
 
 def test_learns_merges_for_frequent_words(tokenizer: Tokenizer) -> None:
     assert len(tokenizer.encode("The man sees the dog in the park.")) < 12
+
+
+# ---- which word of the decoded text each token belongs to (word alignments, mtx.alignment)
+
+# Words the vocabulary cuts into several subwords, punctuation attached to words, non-ASCII letters,
+# an emoji and CJK characters (spelled as bytes: no merge covers them), and a combining accent.
+SENTENCES = [
+    "Donaudampfschifffahrt, Parkhaus! Hundefutter?",
+    "Grüße aus Köln: «Straße», Maß und Fuß.",
+    "🙂 漢字テスト (e\u0301) — 12,5% mehr.",
+]
+
+
+def words_by_token(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
+    """Each word of the decoded text rebuilt from the pieces of the tokens mapped to it, normalised."""
+    pieces, owners = tokenizer.pieces(ids), tokenizer.word_of_each_token(ids)
+    count = 1 + max((w for w in owners if w is not None), default=-1)
+    return [normalize_text("".join(p for p, o in zip(pieces, owners, strict=True) if o == w)) for w in range(count)]
+
+
+def test_byte_level_spelling_is_the_pre_tokenizers_alphabet() -> None:
+    spelling = byte_level_spelling()
+    assert set(spelling) == set(pre_tokenizers.ByteLevel.alphabet())
+    assert sorted(spelling.values()) == list(range(256))
+    assert spelling["Ġ"] == ord(" ") and spelling["a"] == ord("a")
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_tokens_map_to_the_words_of_the_sentence(tokenizer: Tokenizer, sentence: str) -> None:
+    """Words cut into several subwords, punctuation attached to a word, non-ASCII text: the tokens of each
+    word, and only they, spell it."""
+    text = normalize_text(sentence)
+    ids = tokenizer.encode(text)
+    assert len(ids) > len(text.split())  # some words are cut into several tokens
+    assert "".join(tokenizer.pieces(ids)) == f" {text}"
+    assert words_by_token(tokenizer, ids) == text.split()
+    assert tokenizer.word_of_each_token([*ids, EOS])[-1] is None
+
+
+def test_any_token_sequence_maps_to_the_words_of_its_decoded_text(tokenizer: Tokenizer) -> None:
+    """Whatever a model emits (byte tokens that split a character, that never complete one, a lone space,
+    control bytes, special tokens), the pieces rebuild `decode`, and the words rebuilt from the tokens mapped
+    to them are the words of the normalised output line."""
+    rng = random.Random(0)
+    for _ in range(300):
+        ids = [rng.randrange(tokenizer.vocab_size) for _ in range(rng.randint(0, 12))]
+        decoded = tokenizer.decode(ids)
+        joined = "".join(tokenizer.pieces(ids))
+        assert (joined[1:] if joined.startswith(" ") else joined) == decoded
+        assert words_by_token(tokenizer, ids) == normalize_text(decoded).split()
