@@ -34,9 +34,7 @@ class Validator:
     def __init__(self, valid: ValidSet, recipe: Recipe, ctx: distributed.Context, model: Transformer,
                  tokenizer: Tokenizer, signals: StopSignals, autocast: Callable[[], AbstractContextManager]) -> None:
         self.recipe, self.cfg, self.ctx = recipe, recipe.train, ctx
-        self.model, self.tokenizer, self.signals, self.autocast = model, tokenizer, signals, autocast
-        self.valid_split, self.valid_batches = valid.split, valid.batches
-        self.valid_sources, self.valid_refs = valid.sources, valid.refs
+        self.valid, self.model, self.tokenizer, self.signals, self.autocast = valid, model, tokenizer, signals, autocast
 
     def run(self) -> tuple[float, float, float] | None:
         """Per-token valid loss and nll, and BLEU; None if a stop signal cut the validation short."""
@@ -55,10 +53,10 @@ class Validator:
         None if a rank was signalled to stop."""
         sums = torch.zeros(3, dtype=torch.float64, device=self.ctx.device)
         with torch.no_grad(), self.autocast():
-            for indices in self.valid_batches[self.ctx.rank :: self.ctx.world]:
+            for indices in self.valid.batches[self.ctx.rank :: self.ctx.world]:
                 if self.signals.received is not None:
                     break
-                batch = collate(self.valid_split, indices).to(self.ctx.device)
+                batch = collate(self.valid.split, indices).to(self.ctx.device)
                 sums += torch.stack(batch_loss(self.model, batch, self.cfg.label_smoothing)).double()
         stopped = torch.tensor([self.signals.received is not None], dtype=torch.float64)
         loss_sum, nll_sum, n_tokens, signalled = distributed.all_reduce_sum(torch.cat([sums.cpu(), stopped])).tolist()
@@ -72,7 +70,7 @@ class Validator:
 
         rank, world = self.ctx.rank, self.ctx.world
         decode = dataclasses.replace(self.recipe.decode, beam=self.cfg.valid_beam)
-        mine, hyps = self.valid_sources[rank::world], []
+        mine, hyps = self.valid.sources[rank::world], []
         for start in range(0, len(mine), VALID_CHUNK):
             if self.signals.received is not None:
                 break
@@ -80,4 +78,5 @@ class Validator:
         shards = distributed.all_gather_objects((hyps, self.signals.received is not None))
         if any(stopped for _, stopped in shards):
             return None
-        return corpus_bleu([shards[i % world][0][i // world] for i in range(len(self.valid_sources))], self.valid_refs)
+        return corpus_bleu([shards[i % world][0][i // world] for i in range(len(self.valid.sources))],
+                           self.valid.refs)
