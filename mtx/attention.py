@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mtx.model import DecoderLayer, EncoderLayer, MultiHeadAttention, Transformer, _key_padding_mask
+from mtx.model import DecoderLayer, EncoderLayer, MultiHeadAttention, Transformer, key_padding_mask
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def attend_keeping_weights(attn: MultiHeadAttention, q: Tensor, k: Tensor, v: Te
         scores = scores.masked_fill(~allowed, -torch.inf)
     probabilities = scores.float().softmax(dim=-1)
     weights.append(probabilities)
-    return attn.out_proj(attn._merge_heads(torch.matmul(probabilities.to(v.dtype), v)))
+    return attn.out_proj(attn.merge_heads(torch.matmul(probabilities.to(v.dtype), v)))
 
 
 def encoder_layer(layer: EncoderLayer, x: Tensor, allowed: Tensor | None, weights: list[Tensor]) -> Tensor:
@@ -67,7 +67,7 @@ def decoder_layer(layer: DecoderLayer, x: Tensor, memory: Tensor, causal: Tensor
     own, cross = layer.self_attn, layer.cross_attn
     x = layer.self_residual(x, lambda h: attend_keeping_weights(own, *own.project_qkv(h), causal, self_weights))
     x = layer.cross_residual(x, lambda h: attend_keeping_weights(
-        cross, cross._split_heads(cross.q_proj(h)), *cross.project_kv(memory), memory_allowed, cross_weights))
+        cross, cross.split_heads(cross.q_proj(h)), *cross.project_kv(memory), memory_allowed, cross_weights))
     return layer.ffn_residual(x, layer.ffn)
 
 
@@ -78,8 +78,8 @@ def check_eval_mode(model: Transformer) -> None:
 
 def encode(model: Transformer, src: Tensor, allowed: Tensor | None, weights: list[Tensor]) -> Tensor:
     """`Transformer.encode`, each layer's self-attention weights appended to `weights`."""
-    model._check_length(src.shape[1], "source")
-    x = model._embed(model.src_embed, src)
+    model.check_length(src.shape[1], "source")
+    x = model.embed(model.src_embed, src)
     for layer in model.encoder_layers:
         x = encoder_layer(layer, x, allowed, weights)
     return model.encoder_norm(x)
@@ -89,9 +89,9 @@ def decode(model: Transformer, memory: Tensor, memory_allowed: Tensor | None, tg
            decoder: list[Tensor], cross: list[Tensor]) -> Tensor:
     """The teacher-forced decoder of `Transformer.forward` up to the output of decoder layer `layers` - 1,
     each layer's weights appended to `decoder` and `cross`."""
-    model._check_length(tgt_in.shape[1], "target")
+    model.check_length(tgt_in.shape[1], "target")
     causal = torch.ones(tgt_in.shape[1], tgt_in.shape[1], dtype=torch.bool, device=tgt_in.device).tril()
-    y = model._embed(model.tgt_embed, tgt_in)
+    y = model.embed(model.tgt_embed, tgt_in)
     for layer in model.decoder_layers[:layers]:
         y = decoder_layer(layer, y, memory, causal, memory_allowed, decoder, cross)
     return y
@@ -107,7 +107,7 @@ def attention_maps(model: Transformer, src: Tensor, src_pad: Tensor | None, tgt_
     `project=False` skips the output projection onto the vocabulary.
     """
     check_eval_mode(model)
-    allowed = _key_padding_mask(src_pad)
+    allowed = key_padding_mask(src_pad)
     encoder: list[Tensor] = []
     decoder: list[Tensor] = []
     cross: list[Tensor] = []
@@ -127,5 +127,5 @@ def cross_attention(model: Transformer, memory: Tensor, src_pad: Tensor | None, 
     above `layer` is computed."""
     check_eval_mode(model)
     cross: list[Tensor] = []
-    decode(model, memory, _key_padding_mask(src_pad), tgt_in, layer + 1, [], cross)
+    decode(model, memory, key_padding_mask(src_pad), tgt_in, layer + 1, [], cross)
     return cross[layer]

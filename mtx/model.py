@@ -43,7 +43,7 @@ def sinusoidal_positions(max_positions: int, d_model: int) -> Tensor:
 # ------------------------------------------------------------------------------------------ attention §3.2
 
 
-def _key_padding_mask(pad: Tensor | None) -> Tensor | None:
+def key_padding_mask(pad: Tensor | None) -> Tensor | None:
     """(B, S) True = padding → (B, 1, 1, S) True = may attend, the boolean form SDPA expects."""
     return None if pad is None else ~pad[:, None, None, :]
 
@@ -67,31 +67,31 @@ class MultiHeadAttention(nn.Module):
             self.kv_proj = nn.Linear(d_model, 2 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def _split_heads(self, x: Tensor) -> Tensor:  # (B, L, D) -> (B, H, L, Dh)
+    def split_heads(self, x: Tensor) -> Tensor:  # (B, L, D) -> (B, H, L, Dh)
         return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
 
-    def _merge_heads(self, x: Tensor) -> Tensor:  # (B, H, L, Dh) -> (B, L, D)
+    def merge_heads(self, x: Tensor) -> Tensor:  # (B, H, L, Dh) -> (B, L, D)
         return x.transpose(1, 2).flatten(2)
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return tuple(self._split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
+        return tuple(self.split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
 
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        return tuple(self._split_heads(t) for t in self.kv_proj(memory).chunk(2, dim=-1))
+        return tuple(self.split_heads(t) for t in self.kv_proj(memory).chunk(2, dim=-1))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
         """softmax(Q Kᵀ / √Dh) V per head, then the output projection; `mask` is True where a key may be attended."""
         dropout = self.attn_dropout if self.training else 0.0
         out = kernels.attention(q, k, v, mask, dropout, causal)
-        return self.out_proj(self._merge_heads(out))
+        return self.out_proj(self.merge_heads(out))
 
     def forward_self(self, x: Tensor, pad: Tensor | None = None, causal: bool = False) -> Tensor:
         q, k, v = self.project_qkv(x)
-        return self.attend(q, k, v, _key_padding_mask(pad), causal)
+        return self.attend(q, k, v, key_padding_mask(pad), causal)
 
     def forward_cross(self, x: Tensor, memory: Tensor, memory_pad: Tensor | None) -> Tensor:
         k, v = self.project_kv(memory)
-        return self.attend(self._split_heads(self.q_proj(x)), k, v, _key_padding_mask(memory_pad))
+        return self.attend(self.split_heads(self.q_proj(x)), k, v, key_padding_mask(memory_pad))
 
 
 # ------------------------------------------------------------------------------------- feed-forward §3.3
@@ -193,7 +193,7 @@ class DecoderLayer(nn.Module):
             # and values and its beams attend to it together, as the queries of one (beams, Dh) × (Dh, S)
             # product per head, rather than one (1, Dh) × (Dh, S) product per beam against a copy of its own.
             sentences = state.cross_kv.shape[2]
-            q = self.cross_attn._split_heads(self.cross_attn.q_proj(h).view(sentences, -1, h.shape[-1]))
+            q = self.cross_attn.split_heads(self.cross_attn.q_proj(h).view(sentences, -1, h.shape[-1]))
             keys, values = state.cross_kv[layer, 0], state.cross_kv[layer, 1]
             return self.cross_attn.attend(q, keys, values, state.memory_mask).view(h.shape)
 
@@ -296,18 +296,18 @@ class Transformer(nn.Module):
 
     # ---- pieces shared by training and inference
 
-    def _check_length(self, length: int, what: str) -> None:
+    def check_length(self, length: int, what: str) -> None:
         if length > self.cfg.max_positions:
             raise SequenceTooLongError(
                 f"A {what} sequence of {length} tokens is longer than the model's max_positions "
                 f"({self.cfg.max_positions}): shorten or split it, or train with a larger model.max_positions."
             )
 
-    def _embed(self, embed: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
+    def embed(self, table: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
         """Scaled embeddings plus positions, summed in float32 (the table stays float32 in half-precision
         inference), then in the embeddings' own precision."""
         positions = self.positions[start : start + tokens.shape[1]]
-        return self.dropout((embed(tokens).float() * self.embed_scale + positions).to(embed.weight.dtype))
+        return self.dropout((table(tokens).float() * self.embed_scale + positions).to(table.weight.dtype))
 
     def output_logits(self, h: Tensor) -> Tensor:
         """logits = h · Eᵀ: the pre-softmax projection shares the target embedding matrix E (§3.4), with no bias.
@@ -320,8 +320,8 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor, src_pad: Tensor | None) -> Tensor:
         """(B, S) token ids → (B, S, D) encoder output ("memory")."""
-        self._check_length(src.shape[1], "source")
-        x = self._embed(self.src_embed, src)
+        self.check_length(src.shape[1], "source")
+        x = self.embed(self.src_embed, src)
         for layer in self.encoder_layers:
             x = layer(x, src_pad)
         return self.encoder_norm(x)
@@ -339,9 +339,9 @@ class Transformer(nn.Module):
         `project=False` returns the final decoder states instead of their logits, (B, T, D) or (N, D): the
         training loss (`mtx.loss.projected_label_smoothed_loss`) projects them itself, a chunk at a time.
         """
-        self._check_length(tgt_in.shape[1], "target")
+        self.check_length(tgt_in.shape[1], "target")
         memory = self.encode(src, src_pad)
-        x = self._embed(self.tgt_embed, tgt_in)
+        x = self.embed(self.tgt_embed, tgt_in)
         for layer in self.decoder_layers:
             x = layer(x, memory, src_pad)
         x = self.decoder_norm(x)
@@ -353,18 +353,18 @@ class Transformer(nn.Module):
 
     def init_state(self, memory: Tensor, src_pad: Tensor | None, max_len: int) -> DecoderState:
         """An empty cache for up to `max_len` target positions, with the cross-attention K/V projected once."""
-        self._check_length(max_len, "target")
+        self.check_length(max_len, "target")
         batch, d = memory.shape[0], self.cfg.d_model
         heads = self.cfg.heads
         cross = torch.stack([torch.stack(layer.cross_attn.project_kv(memory)) for layer in self.decoder_layers])
         self_kv = memory.new_empty(len(self.decoder_layers), 2, batch, heads, max_len, d // heads)
-        return DecoderState(self_kv, cross, _key_padding_mask(src_pad), step=0)
+        return DecoderState(self_kv, cross, key_padding_mask(src_pad), step=0)
 
     def decode_step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed one token per sentence, (B,), at position `state.step` → (B, V) float32 log-probabilities."""
         if state.step >= state.max_len:
             raise SequenceTooLongError(f"The decoder state holds {state.max_len} positions; all are used.")
-        x = self._embed(self.tgt_embed, prev.unsqueeze(1), start=state.step)
+        x = self.embed(self.tgt_embed, prev.unsqueeze(1), start=state.step)
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, i, state)
         logits = self.output_logits(self.decoder_norm(x)).squeeze(1)
