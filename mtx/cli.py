@@ -255,6 +255,10 @@ def translate(
     alignment_layer: Annotated[int | None, typer.Option(
         metavar="N", help="With --alignment: the decoder layer (0-based) whose cross-attention, heads averaged, "
         "aligns. [default: the penultimate layer, provisionally]")] = None,
+    format_: Annotated[str, typer.Option(
+        "--format", metavar="text|jsonl", help="jsonl: one JSON object per input line instead of a text line: "
+        "text, score, tokens (the subwords, then </s>), token_log_probs (one per token), with --alignment "
+        "alignment ([source, target] pairs), with --nbest > 1 nbest (a list of such objects).")] = "text",
 ) -> None:
     """Translate one sentence per line with beam search, keeping line count and order.
 
@@ -272,7 +276,7 @@ def translate(
     options = {k: v for k, v in chosen.items() if v is not None}
     translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
                    threads=threads, errors=errors, log=sys.stderr.write, alignment=alignment,
-                   alignment_layer=alignment_layer)
+                   alignment_layer=alignment_layer, output_format=format_)
 
 
 def main() -> None:

@@ -72,10 +72,13 @@ class IncrementalDecoder(Protocol[CacheT]):
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """One finished translation: its tokens (EOS excluded) and its length-normalised log-probability."""
+    """One finished translation: its tokens (EOS excluded), its length-normalised log-probability, and the
+    log-probability of each of its tokens as the search chose it, EOS last (so one more than `tokens`): they
+    sum to the unnormalised log-probability, and show where a translation was unsure."""
 
     tokens: list[int]
     score: float
+    token_log_probs: list[float]
 
 
 def length_penalty(length: Tensor | float, alpha: float, style: LengthPenaltyStyle) -> Tensor | float:
@@ -124,6 +127,7 @@ def greedy_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tenso
     sentence = torch.arange(batch, device=src.device)  # which input sentence each row decodes
     row_max_len = max_len.to(src.device)
     tokens = src.new_zeros(batch, int(max_len.max()) + 1)
+    token_log_probs = torch.zeros(tokens.shape, device=src.device)
     log_prob = torch.zeros(batch, device=src.device)
     prev = src.new_full((batch,), BOS)
     results: list[list[Hypothesis]] = [[] for _ in range(batch)]
@@ -131,20 +135,21 @@ def greedy_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tenso
         log_probs, state = model.decode_step(prev, state)
         best, prev = constrain(log_probs, step, min_len, row_max_len).max(dim=-1)
         log_prob += best
-        tokens[:, step] = prev
+        tokens[:, step], token_log_probs[:, step] = prev, best
         ended = prev == EOS
         if not bool(ended.any()):
             continue
         scores = log_prob[ended] / length_penalty(step + 1.0, lenpen, lenpen_style)
-        ended_tokens = tokens[ended, :step].tolist()
-        for i, row_tokens, score in zip(sentence[ended].tolist(), ended_tokens, scores.tolist(), strict=True):
-            results[i] = [Hypothesis(row_tokens, score)]
+        ended_tokens, ended_log_probs = tokens[ended, :step].tolist(), token_log_probs[ended, : step + 1].tolist()
+        for i, row_tokens, score, row_log_probs in zip(sentence[ended].tolist(), ended_tokens, scores.tolist(),
+                                                       ended_log_probs, strict=True):
+            results[i] = [Hypothesis(row_tokens, score, row_log_probs)]
         keep = (~ended).nonzero().squeeze(1)
         if keep.numel() == 0:
             break
         state = state.reorder(keep, keep)
-        sentence, row_max_len, tokens, log_prob, prev = (
-            t[keep] for t in (sentence, row_max_len, tokens, log_prob, prev)
+        sentence, row_max_len, tokens, token_log_probs, log_prob, prev = (
+            t[keep] for t in (sentence, row_max_len, tokens, token_log_probs, log_prob, prev)
         )
     return results
 
@@ -226,14 +231,23 @@ class Endings:
 
     sentence: Tensor  # (M,) the input sentence each one translates
     tokens: Tensor  # (M, step) its tokens, EOS excluded: those of the open row it extends
+    prefix_log_probs: Tensor  # (M, step) the log-probability of the open row after each of its tokens
     log_prob: Tensor  # (M,) its log-probability, EOS included
 
     @classmethod
-    def among(cls, ends: Tensor, scores: Tensor, parent_row: Tensor, prefixes: Tensor, sentence: Tensor) -> Endings:
-        """The candidates that `ends` (B, K) marks among the first K of scores, parent_row (B, 2K); prefixes:
-        (B·K, step) the tokens of the open rows so far; sentence: (B,) the input index of each open sentence."""
+    def among(cls, ends: Tensor, scores: Tensor, parent_row: Tensor, prefixes: Tensor, prefix_log_probs: Tensor,
+              sentence: Tensor) -> Endings:
+        """The candidates that `ends` (B, K) marks among the first K of scores, parent_row (B, 2K); prefixes and
+        prefix_log_probs: (B·K, step) the tokens of the open rows so far and their log-probabilities after
+        each; sentence: (B,) the input index of each open sentence."""
         who, rank = ends.nonzero(as_tuple=True)
-        return cls(sentence[who], prefixes[parent_row[who, rank]], scores[who, rank])
+        parents = parent_row[who, rank]
+        return cls(sentence[who], prefixes[parents], prefix_log_probs[parents], scores[who, rank])
+
+    def token_log_probs(self) -> Tensor:
+        """(M, step + 1) each token's own log-probability, EOS last: the steps of the running sums."""
+        running = torch.cat([self.prefix_log_probs, self.log_prob.unsqueeze(1)], dim=1)
+        return running.diff(dim=1, prepend=running.new_zeros(len(running), 1))
 
 
 def set_aside(finished: list[Finished], worst_kept: Tensor, endings: Endings, lp: Tensor | float) -> None:
@@ -241,8 +255,9 @@ def set_aside(finished: list[Finished], worst_kept: Tensor, endings: Endings, lp
     entries of `worst_kept` (one per input sentence), the tensor mirror of `Finished.worst_kept` that the
     completeness test reads."""
     scores = (endings.log_prob / lp).tolist()
-    for i, tokens, score in zip(endings.sentence.tolist(), endings.tokens.tolist(), scores, strict=True):
-        finished[i].add(Hypothesis(tokens, score))
+    for i, tokens, score, token_log_probs in zip(endings.sentence.tolist(), endings.tokens.tolist(), scores,
+                                                 endings.token_log_probs().tolist(), strict=True):
+        finished[i].add(Hypothesis(tokens, score, token_log_probs))
     touched = endings.sentence.unique()
     worst_kept[touched] = torch.tensor([finished[i].worst_kept for i in touched.tolist()], device=worst_kept.device)
 
@@ -281,6 +296,7 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
     beam_scores = torch.full((batch, beam), -torch.inf, device=device)
     beam_scores[:, 0] = 0.0
     tokens = src.new_zeros(batch * beam, int(max_len.max()) + 1)
+    running_log_probs = torch.zeros(tokens.shape, device=device)  # each open row's log-probability after each token
     finished = [Finished(nbest) for _ in range(batch)]
     # Kept in step with `finished`, so the completeness test of every step is a tensor comparison rather than a
     # loop over the sentences: how many hypotheses each open sentence has ended, and each input sentence's
@@ -296,7 +312,7 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
 
         ends = (token[:, :beam] == EOS) & scores[:, :beam].isfinite()
         if bool(ends.any()):
-            endings = Endings.among(ends, scores, parent_row, tokens[:, :step], sentence)
+            endings = Endings.among(ends, scores, parent_row, tokens[:, :step], running_log_probs[:, :step], sentence)
             set_aside(finished, worst_kept, endings, length_penalty(step + 1.0, lenpen, lenpen_style))
             ended_count += ends.sum(dim=1)
 
@@ -315,8 +331,8 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
             )
         rows = parent_row.flatten()
         state = state.reorder(rows, keep)
-        tokens = tokens[rows]
-        tokens[:, step] = token.flatten()
+        tokens, running_log_probs = tokens[rows], running_log_probs[rows]
+        tokens[:, step], running_log_probs[:, step] = token.flatten(), beam_scores.flatten()
     return [f.best for f in finished]
 
 

@@ -59,10 +59,12 @@ class TranslationStats:
 
 
 class Translation(NamedTuple):
-    """One hypothesis of a sentence's n-best list, as text."""
+    """One hypothesis of a sentence's n-best list: its text, and what the search knew of it."""
 
     text: str
     score: float
+    tokens: Sequence[int] = ()  # its token ids, EOS excluded
+    token_log_probs: Sequence[float] = ()  # each token's log-probability, EOS last (`mtx.search.Hypothesis`)
     alignment: Alignment | None = None  # its word alignment, when the translator was asked for one
 
 
@@ -119,7 +121,7 @@ class Translator:
             if alignments is None:
                 alignments = [[None] * len(nbest) for nbest in nbests]
             for j, nbest, aligned in zip(batch, nbests, alignments, strict=True):
-                results[todo[j]] = [Translation(next(texts_out), h.score, alignment)
+                results[todo[j]] = [Translation(next(texts_out), h.score, h.tokens, h.token_log_probs, alignment)
                                     for h, alignment in zip(nbest, aligned, strict=True)]
                 self.stats.output_tokens += len(nbest[0].tokens)
         self.stats.sentences += len(sentences)

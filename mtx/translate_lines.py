@@ -10,12 +10,16 @@ convention of Moses' and Marian's tools): "source-target" word indices, 0-based,
 (mtx.alignment). An empty input line then gives " ||| ", so that every output line splits into the same two
 fields; with `--nbest`, where each hypothesis carries its own alignment, it still gives an empty line, as it
 has no hypotheses.
+
+With `--format jsonl`, each output line is instead one JSON object (`json_line`): what a pipeline wants to read
+without parsing tabs and separators, with the subword tokens and their log-probabilities besides the text.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import queue
 import sys
@@ -31,12 +35,14 @@ from mtx.alignment import default_alignment_layer, pharaoh
 from mtx.config import DecodeConfig
 from mtx.devices import DeviceName, choose_device
 from mtx.errors import MtxError
+from mtx.tokenizer import EOS, SPECIAL_TOKENS, Tokenizer
 from mtx.translate import Dtype, Translation, TranslationStats, Translator, prepare_model
 
 READ_AHEAD_LINES = 2000  # a window: enough sentences for length sorting to pay off, few enough to stream
 ALIGNMENT_SEPARATOR = " ||| "  # between a translation and its alignment, as Moses and Marian write it
 
 Errors = Literal["strict", "replace"]
+OutputFormat = Literal["text", "jsonl"]
 
 
 def check_choice(flag: str, value: str, allowed: object) -> None:
@@ -112,22 +118,54 @@ def format_nbest(nbest: list[Translation], with_scores: bool, with_alignment: bo
     return "\t".join(f"{translation.score:.4f}\t{shown(translation)}" for translation in nbest)
 
 
+def json_fields(translation: Translation, tokenizer: Tokenizer, with_alignment: bool) -> dict[str, object]:
+    """A hypothesis as JSON: its text and score, its subword tokens as the text spells them (each with the space
+    before it, if any) followed by "</s>" for EOS, and one log-probability per token, EOS's last; with
+    alignments, its (source word, target word) links."""
+    fields: dict[str, object] = {
+        "text": translation.text,
+        "score": translation.score,
+        "tokens": [*tokenizer.pieces(translation.tokens), SPECIAL_TOKENS[EOS]],
+        "token_log_probs": list(translation.token_log_probs),
+    }
+    if with_alignment:
+        fields["alignment"] = [list(link) for link in translation.alignment or []]
+    return fields
+
+
+def json_line(nbest: list[Translation], tokenizer: Tokenizer, with_nbest: bool, with_alignment: bool) -> str:
+    """One input line's translation as one JSON object: the best hypothesis' fields, and (for --nbest > 1) the
+    n-best list, best first, as "nbest". An empty input line has no hypothesis: an empty text, a null score,
+    no tokens."""
+    if nbest:
+        line = json_fields(nbest[0], tokenizer, with_alignment)
+    else:
+        line = {"text": "", "score": None, "tokens": [], "token_log_probs": []}
+        if with_alignment:
+            line["alignment"] = []
+    if with_nbest:
+        line["nbest"] = [json_fields(translation, tokenizer, with_alignment) for translation in nbest]
+    return json.dumps(line, ensure_ascii=False)
+
+
 def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path | None, *,
                    options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
                    threads: int | None, errors: Errors, log: Callable[[str], None], alignment: bool = False,
-                   alignment_layer: int | None = None) -> TranslationStats:
+                   alignment_layer: int | None = None, output_format: OutputFormat = "text") -> TranslationStats:
     """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
 
     `options` holds the DecodeConfig fields the user set; the others come from the checkpoint's recipe
     (`decode:`), then from the paper's defaults (DecodeConfig's), so a checkpoint whose recipe predates a
     field still translates. `alignment` adds word alignments from the decoder layer `alignment_layer`
-    (0-based; None: `default_alignment_layer`), which only applies with it.
+    (0-based; None: `default_alignment_layer`), which only applies with it. `output_format` "jsonl" writes
+    `json_line`s instead of text lines.
     """
     from mtx.checkpoint import load_model
 
     check_choice("--device", device, DeviceName)
     check_choice("--dtype", dtype, Dtype)
     check_choice("--errors", errors, Errors)
+    check_choice("--format", output_format, OutputFormat)
     if alignment_layer is not None and not alignment:
         raise MtxError("--alignment-layer only applies with --alignment.")
     if input_path is not None and not input_path.is_file():
@@ -150,6 +188,12 @@ def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path 
                             alignment_layer=alignment_layer)
 
     show_progress, with_scores = sys.stderr.isatty(), translator.decode.nbest > 1
+
+    def output_line(nbest: list[Translation]) -> str:
+        if output_format == "jsonl":
+            return json_line(nbest, tokenizer, with_scores, alignment)
+        return format_nbest(nbest, with_scores, alignment)
+
     with contextlib.ExitStack() as files:
         source = files.enter_context(open(input_path, "rb")) if input_path is not None else sys.stdin.buffer
         sink = files.enter_context(open(output_path, "wb")) if output_path is not None else sys.stdout.buffer
@@ -157,7 +201,7 @@ def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path 
         try:
             for window in read_ahead(lines, READ_AHEAD_LINES):
                 nbests = translator.translate(window)
-                sink.write("".join(f"{format_nbest(nbest, with_scores, alignment)}\n" for nbest in nbests).encode())
+                sink.write("".join(f"{output_line(nbest)}\n" for nbest in nbests).encode())
                 sink.flush()
                 if show_progress:
                     log(f"\r{translator.stats.summary()}")

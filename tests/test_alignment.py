@@ -54,14 +54,15 @@ def test_rows_of_a_batch_are_pooled_on_their_own() -> None:
 def test_pharaoh_and_output_lines() -> None:
     assert pharaoh([(0, 0), (2, 1), (1, 2)]) == "0-0 2-1 1-2"
     assert pharaoh([]) == ""
-    best = [Translation("Das Haus", -0.25, [(0, 0), (1, 1)]), Translation("Haus das", -1.5, [(1, 0), (0, 1)])]
+    best = [Translation("Das Haus", -0.25, alignment=[(0, 0), (1, 1)]),
+            Translation("Haus das", -1.5, alignment=[(1, 0), (0, 1)])]
     assert format_nbest(best, with_scores=False, with_alignment=True) == "Das Haus ||| 0-0 1-1"
     assert format_nbest(best, with_scores=False) == "Das Haus"
     assert format_nbest(best, with_scores=True, with_alignment=True) == (
         "-0.2500\tDas Haus ||| 0-0 1-1\t-1.5000\tHaus das ||| 1-0 0-1")
     assert format_nbest([], with_scores=False, with_alignment=True) == " ||| "
     assert format_nbest([], with_scores=True, with_alignment=True) == ""
-    assert format_nbest([Translation("", -3.0, [])], with_scores=False, with_alignment=True) == " ||| "
+    assert format_nbest([Translation("", -3.0, alignment=[])], with_scores=False, with_alignment=True) == " ||| "
 
 
 def test_default_layer_is_the_penultimate() -> None:

@@ -187,6 +187,35 @@ def test_max_len_wins_over_min_len() -> None:
     assert hypothesis.tokens == [A]
 
 
+def test_token_log_probs_are_each_tokens_own_hand_computed() -> None:
+    """[B] is P(B) = 0.4 then P(EOS | B) = 0.9; [A, A] is 0.6, 0.45, then 0.5 for EOS (the table above)."""
+    [nbest] = decode(table_model(), beam=2, lenpen=0.0, nbest=2)
+    assert nbest[0].token_log_probs == pytest.approx([math.log(0.4), math.log(0.9)])
+    assert nbest[1].token_log_probs == pytest.approx([math.log(0.6), math.log(0.45), math.log(0.5)])
+    src, src_pad = sources(1)
+    [[greedy]] = greedy_search(table_model(), src, src_pad, torch.tensor([10]))
+    assert greedy.token_log_probs == pytest.approx([math.log(0.6), math.log(0.45), math.log(0.5)])
+
+
+@pytest.mark.parametrize(("beam", "nbest"), [(1, 1), (4, 4)])
+@pytest.mark.parametrize("style", ["gnmt", "fairseq"])
+def test_token_log_probs_sum_to_the_score_times_the_length_penalty(beam: int, nbest: int, style: str) -> None:
+    """Every hypothesis of every sentence, on hypotheses that end at many different steps: one log-probability
+    per token and one for EOS, each that of the model's distribution at that step, summing to log P(Y|X)."""
+    src, src_pad = sources(12)
+    max_len = torch.randint(1, 12, (12,), generator=torch.Generator().manual_seed(0))
+    model = random_model()
+    for sentence, hypotheses in enumerate(search(model, src, src_pad, max_len, beam=beam, lenpen=0.6,
+                                                 lenpen_style=style, nbest=nbest)):
+        for h in hypotheses:
+            assert len(h.token_log_probs) == len(h.tokens) + 1
+            expected = [math.log(model.distribution(sentence + 10, tuple(h.tokens[:i]))[token])
+                        for i, token in enumerate([*h.tokens, EOS])]
+            assert h.token_log_probs == pytest.approx(expected, abs=1e-5)
+            lp = length_penalty(len(h.tokens) + 1.0, 0.6, style)
+            assert sum(h.token_log_probs) / lp == pytest.approx(h.score, abs=1e-5)
+
+
 def test_greedy_hand_computed() -> None:
     src, src_pad = sources(1)
     [[hypothesis]] = greedy_search(table_model(), src, src_pad, torch.tensor([10]))

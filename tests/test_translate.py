@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 import random
 import select
@@ -507,3 +508,46 @@ def test_alignment_leaves_the_search_unchanged(trained: dict, dtype: str) -> Non
     assert [[(t.text, t.score) for t in n] for n in aligned] == [[(t.text, t.score) for t in n] for n in plain]
     assert all(t.alignment is None for n in plain for t in n)
     assert diagonal_share([n[0].alignment for n in aligned]) >= 0.9
+
+
+def test_jsonl_has_one_object_per_line_with_the_texts_tokens_and_log_probs_of_the_plain_output(trained: dict) -> None:
+    """--format jsonl: as many lines as the input, each a JSON object whose text and score are those of the
+    plain --nbest output; its tokens spell the text and end in </s>, with one log-probability each, summing
+    to the score times the length penalty (GNMT, α = 0.6, |Y| counting EOS); an empty line has no tokens."""
+    held_out = trained["held_out"][:6]
+    stdin = "".join(f"{s}\n" for s in [held_out[0], "", *held_out[1:]]).encode()
+    checkpoint = str(trained["checkpoint"])
+    _, plain = translate_cli(["-m", checkpoint, "--nbest", "2"], stdin)
+    result, lines = translate_cli(["-m", checkpoint, "--nbest", "2", "--format", "jsonl"], stdin)
+    assert result.exit_code == 0 and len(lines) == len(plain) == 7
+    objects = [json.loads(line) for line in lines]
+    assert objects[1] == {"text": "", "score": None, "tokens": [], "token_log_probs": [], "nbest": []}
+    for obj, plain_line in zip(objects, plain, strict=True):
+        fields = plain_line.split("\t") if plain_line else []
+        assert [h["text"] for h in obj["nbest"]] == fields[1::2]
+        assert [f"{h['score']:.4f}" for h in obj["nbest"]] == fields[0::2]
+        for h in obj["nbest"]:
+            assert h["tokens"][-1] == "</s>" and "".join(h["tokens"][:-1]).strip() == h["text"]
+            assert len(h["token_log_probs"]) == len(h["tokens"]) and max(h["token_log_probs"]) <= 0
+            lp = ((5 + len(h["tokens"])) / 6) ** 0.6
+            assert sum(h["token_log_probs"]) / lp == pytest.approx(h["score"], abs=1e-4)
+        if obj["nbest"]:
+            assert {k: obj[k] for k in ("text", "score", "tokens", "token_log_probs")} == obj["nbest"][0]
+
+
+def test_jsonl_alignment_is_the_pharaoh_alignments_links(trained: dict) -> None:
+    held_out = trained["held_out"][:5]
+    stdin = "".join(f"{s}\n" for s in [*held_out, ""]).encode()
+    _, aligned = translate_cli(["-m", str(trained["checkpoint"]), "--alignment"], stdin)
+    result, lines = translate_cli(["-m", str(trained["checkpoint"]), "--alignment", "--format", "jsonl"], stdin)
+    assert result.exit_code == 0
+    objects = [json.loads(line) for line in lines]
+    texts, links = split_alignments(aligned)
+    assert [obj["text"] for obj in objects] == texts
+    assert [[tuple(link) for link in obj["alignment"]] for obj in objects] == links
+    assert "nbest" not in objects[0] and objects[-1]["alignment"] == []
+
+
+def test_jsonl_refuses_an_unknown_format(trained: dict) -> None:
+    result, _ = translate_cli(["-m", str(trained["checkpoint"]), "--format", "json"], b"a\n")
+    assert result.exit_code == 1 and "--format 'json' is not one of text, jsonl" in str(result.exception)
