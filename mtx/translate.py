@@ -135,22 +135,37 @@ class Translator:
         decoded at once.
         """
         # No batches at all when every sentence is empty (a window of blank lines): nothing to allocate.
-        needed = workers * max((self._search_bytes(*batch) for batch in batches), default=0)
+        needed = workers * max((self._batch_bytes(*batch) for batch in batches), default=0)
         available = available_memory(self.device)
         if needed > available:
+            aligning = "" if self.alignment_layer is None else " (or for aligning them)"
             raise MtxError(
                 f"Beam {self.decode.beam} needs about {needed / 2**20:,.0f} MiB for the decoder's cache and "
-                f"scores of its largest batch{'es' if workers > 1 else ''}, but only {available / 2**20:,.0f} MiB "
+                f"scores of its largest batch{'es' if workers > 1 else ''}{aligning}, but only "
+                f"{available / 2**20:,.0f} MiB "
                 f"of {'GPU ' if self.device.type == 'cuda' else ''}memory is available: lower --beam or "
                 "--batch-tokens (or --threads, which decodes batches side by side).")
 
-    def _search_bytes(self, sentences: int, source_len: int, limit: int) -> int:
-        """The memory a search of one batch allocates: the self-attention cache of every row (a beam) and
-        its spare for reordering, the per-sentence cross-attention cache, and a few (rows, V) score arrays."""
+    def _batch_bytes(self, sentences: int, source_len: int, limit: int) -> int:
+        """The memory the search of one batch allocates: the self-attention cache of every row (a beam) and
+        its spare for reordering, the per-sentence cross-attention cache, a few (rows, V) score arrays, and the
+        tokens and log-probabilities of every row. Aligning comes after the search has let go of its cache:
+        the batch needs the larger of the two."""
         cfg, rows, positions = self.model.cfg, sentences * self.decode.beam, limit + 1
         element = self.model.tgt_embed.weight.element_size()
         cache = element * cfg.layers_dec * 2 * cfg.d_model * (2 * rows * positions + sentences * source_len)
-        return cache + 3 * 4 * rows * self.model.vocab_size + 8 * rows * positions
+        search = cache + 3 * 4 * rows * self.model.vocab_size + 12 * rows * positions
+        return max(search, self._alignment_bytes(sentences, source_len, limit))
+
+    def _alignment_bytes(self, sentences: int, source_len: int, limit: int) -> int:
+        """The memory of aligning one batch's hypotheses (mtx.alignment), 0 when not asked for: the float32
+        attention scores and weights of every head, the self-attention's over the target and the
+        cross-attention's over the source, and a few (rows, positions, D) activations."""
+        if self.alignment_layer is None:
+            return 0
+        cfg, rows, positions = self.model.cfg, sentences * self.decode.nbest, limit + 2  # BOS, tokens, EOS
+        weights = 2 * 4 * rows * cfg.heads * positions * (positions + source_len)
+        return weights + 4 * 4 * rows * positions * cfg.d_model
 
     def _source(self, ids: list[int]) -> list[int]:
         """Token ids plus EOS, cut to the model's positions if need be (and counted)."""

@@ -376,6 +376,23 @@ def test_a_search_too_large_for_memory_is_refused_before_it_starts(trained: dict
         result.exception)
 
 
+def test_the_memory_of_aligning_is_counted_before_the_search_starts(trained: dict, monkeypatch) -> None:
+    """Aligning a long translation holds every head's weights over source and target: with memory for the
+    search but not for that, a translation that aligns is refused before it starts, and a plain one runs."""
+    sentence = " ".join(trained["held_out"][:3])
+    decode = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=5)
+    plain = Translator(trained["model"].eval(), trained["tokenizer"], decode)
+    aligned = Translator(trained["model"], trained["tokenizer"], decode, alignment_layer=0)
+    source = len(trained["tokenizer"].encode(sentence)) + 1
+    limit = plain._output_limit(source - 1)
+    search_bytes, aligning_bytes = plain._batch_bytes(1, source, limit), aligned._batch_bytes(1, source, limit)
+    assert aligning_bytes > search_bytes
+    monkeypatch.setattr(mtx.translate, "available_memory", lambda device: (search_bytes + aligning_bytes) // 2)
+    assert plain.translate([sentence])[0][0].text  # a translation, not a refusal
+    with pytest.raises(MtxError, match=r"Beam 1 needs about .* MiB .* \(or for aligning them\), but only"):
+        aligned.translate([sentence])
+
+
 def test_half_precision_keeps_layernorm_and_positions_in_float32(trained: dict) -> None:
     """bf16 and fp16 inference (run here on the CPU, as a GPU runs it): half-precision matrices, float32
     LayerNorms and positional table, and the held-out set still copied exactly."""

@@ -1,0 +1,72 @@
+"""Issue 14: what `mtx translate --alignment` costs beam-4 translation, measured in the same run.
+
+    .venv/bin/python bench/alignment_cost.py [--checkpoint runs/demo/average.pt] [--repeats 5]
+
+The sentences are the checkpoint's run's test set (runs/demo/data/test.en after `make demo`), translated by
+`mtx.translate.Translator` as `mtx translate` translates them, beam 4, on 2 threads (batches decoded side by
+side, one thread each), with and without word alignments from the default alignment layer. Two models:
+
+  trained       the checkpoint itself, whose translations end where the model ends them
+  <preset>      a model of the `--preset` shape (default `base`) with random weights and the checkpoint's
+                tokenizer, every output forced to `--tokens` tokens (min_len = max_len), so that the decoder's
+                share of the time is that of a full-size model
+
+The runs interleave (plain, aligned, plain, ...); each line gives the median seconds per pass over the test set,
+and an info line the ratio aligned / plain, against the issue's bar of 1.15.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from common import build_model, emit, emit_info, set_threads, time_interleaved
+
+from mtx.alignment import default_alignment_layer
+from mtx.checkpoint import load_model
+from mtx.config import DecodeConfig
+from mtx.model import Transformer
+from mtx.tokenizer import Tokenizer
+from mtx.translate import Translator
+
+BAR = 1.15  # the issue's bound on aligned / plain time
+
+
+def measure(name: str, model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, sentences: list[str],
+            args: argparse.Namespace) -> None:
+    layer = default_alignment_layer(len(model.decoder_layers))
+    plain = Translator(model, tokenizer, decode)
+    aligned = Translator(model, tokenizer, decode, alignment_layer=layer)
+    times = time_interleaved({"plain": lambda: plain.translate(sentences),
+                              "aligned": lambda: aligned.translate(sentences)}, args.repeats)
+    config = {"model": name, "sentences": len(sentences), "beam": decode.beam, "threads": args.threads,
+              "alignment_layer": layer}
+    for kind, samples in times.items():
+        emit(f"translate.{kind}", config, samples, "s")
+    ratio = sorted(times["aligned"])[len(times["aligned"]) // 2] / sorted(times["plain"])[len(times["plain"]) // 2]
+    emit_info("alignment.cost", model=name, ratio=ratio, bar=BAR, within_bar=ratio <= BAR)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", type=Path, default=Path("runs/demo/average.pt"))
+    parser.add_argument("--test", type=Path, help="[default: the checkpoint's run's data/test.en]")
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--tokens", type=int, default=30, help="output tokens per sentence of the preset model")
+    parser.add_argument("--sentences", type=int, default=500)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    test = args.test or args.checkpoint.parent / "data" / "test.en"
+    if not args.checkpoint.is_file() or not test.is_file():
+        raise SystemExit(f"{args.checkpoint} or {test} is missing: run `make demo` first, or pass --checkpoint/--test")
+    set_threads(args.threads)
+    model, tokenizer, _ = load_model(args.checkpoint, "cpu")
+    sentences = test.read_text(encoding="utf-8").splitlines()[: args.sentences]
+    measure("trained", model.eval(), tokenizer, DecodeConfig(beam=4), sentences, args)
+    fixed = DecodeConfig(beam=4, max_len_a=0.0, max_len_b=args.tokens, min_len=args.tokens)
+    measure(args.preset, build_model(args.preset, tokenizer.vocab_size).eval(), tokenizer, fixed, sentences, args)
+
+
+if __name__ == "__main__":
+    main()
