@@ -54,13 +54,15 @@ class RememberedEncoding:
 
 
 def default_alignment_layer(decoder_layers: int) -> int:
-    """The penultimate decoder layer (0-based), or the only layer of a one-layer decoder.
+    """The last decoder layer (0-based) of a decoder of one or two layers; the penultimate of a deeper one.
 
-    Garg et al. (2019, "Jointly Learning to Align and Translate with Transformer Models") found the
-    penultimate layer's attention, heads averaged, to align best. It is a provisional default, until the
-    demo's gold alignments measure every layer.
+    In a two-layer decoder the first layer's cross-attention reads the source before the decoder has built
+    much of the target's context, and it spreads its attention: the second layer's, heads averaged, matches
+    the demo's gold alignments far better (bench/alignment.py). In deeper decoders Garg et al. (2019, "Jointly
+    Learning to Align and Translate with Transformer Models") found the penultimate layer to align best: the
+    last one attends to whatever helps predict the next word, which is not always the word being translated.
     """
-    return max(decoder_layers - 2, 0)
+    return decoder_layers - 1 if decoder_layers <= 2 else decoder_layers - 2
 
 
 def word_count(words: list[int | None]) -> int:

@@ -14,6 +14,9 @@ The pipeline streams, so memory stays flat from the 10k-pair demo to WMT14 En-Fr
              here (fairseq's size filter), since the trainer cannot hold them; only here are the BPE lengths
              known, so the BPE learnt in step 3 may still have seen those pairs. Valid/test are never filtered.
 
+A source with gold word alignments (the demo corpus) also gets `{split}.align` beside valid/test's text: one
+Pharaoh line per pair, line by line with `{split}.{lang}`, as nothing drops valid/test pairs.
+
 Everything is written under `data.partial/` and renamed to `data/` at the very end, so an interrupted run
 leaves nothing a later run would trust. `manifest.json` fingerprints the recipe's data section, the model's
 `max_positions` and the input files, and re-running with all unchanged is a no-op, unless the reader's check
@@ -92,6 +95,8 @@ def _build_data_folder(data: DataConfig, max_positions: int, streams: dict[str, 
         counts, keep = _clean_train(streams["train"], data.filter, texts["train"], pool, workers, progress)
         eval_counts = {split: _clean_split(stream, None, texts[split], pool, workers, progress)[0]
                        for split, stream in streams.items() if split != "train"}
+    for split, cleaned in eval_counts.items():
+        _write_gold_alignments(streams[split], cleaned, out)
 
     sample = min(int(keep.sum()), data.bpe.max_lines)
     tokenizer = _learn_bpe(data.bpe, _bpe_lines(texts["train"], keep, sample), out, progress)
@@ -120,6 +125,14 @@ def _text_files(data: DataConfig, split: str, out: Path) -> tuple[Path, Path]:
     if split == "train":
         return out / "work" / "train.src", out / "work" / "train.tgt"
     return out / f"{split}.{data.src_lang}", out / f"{split}.{data.tgt_lang}"
+
+
+def _write_gold_alignments(stream: SplitStream, cleaned: Counter, out: Path) -> None:
+    """`{split}.align`, the source's gold alignment of each pair, where it has them (the demo corpus)."""
+    if stream.alignments is None:
+        return
+    assert cleaned["read"] == len(stream.alignments) and not cleaned["malformed"], "alignments out of step"
+    _write_lines_to(out / f"{stream.split}.align", stream.alignments)
 
 
 def _learn_bpe(bpe: BpeConfig, lines: Iterator[str], out: Path, progress: Progress) -> Tokenizer:
@@ -418,6 +431,11 @@ def _write_lines(handle: Any, lines: list[str]) -> None:
         handle.write("\n".join(lines) + "\n")
 
 
+def _write_lines_to(path: Path, lines: list[str]) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        _write_lines(handle, lines)
+
+
 def _write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
@@ -456,6 +474,9 @@ def _up_to_date(data_dir: Path, fingerprint: dict[str, Any]) -> bool:
             check_split_files(data_dir, split, manifest)
     except MtxError:  # damaged: rebuild it, as the reader's message promises
         return False
+    if manifest["source"]["kind"] == "demo" and not all((data_dir / f"{split}.align").is_file()
+                                                         for split in manifest["splits"] if split != "train"):
+        return False  # prepared before mtx wrote the demo's gold alignments
     return (data_dir / "tokenizer.json").is_file()
 
 

@@ -35,6 +35,7 @@ class SplitStream:
     origin: str  # what the pairs come from, for messages and the manifest
     total: int | None  # pairs, when known without reading them
     chunks: Callable[[], Iterator[list[RawPair]]]
+    alignments: list[str] | None = None  # a gold word alignment per pair (Pharaoh), where the source has one
 
 
 def open_source(data: DataConfig) -> dict[str, SplitStream]:
@@ -48,8 +49,10 @@ def open_source(data: DataConfig) -> dict[str, SplitStream]:
         return _hf_source(source.hf, data.src_lang, data.tgt_lang)
     from mtx.demo import demo_splits
 
-    return {
-        split: SplitStream(split, f"mtx demo corpus ({split})", len(pairs), _chunked_list(pairs))
+    return {  # the grammar's gold alignments of the held-out splits, to measure a model's alignments against
+        split: SplitStream(split, f"mtx demo corpus ({split})", len(pairs),
+                           _chunked_list([(pair.en, pair.de) for pair in pairs]),
+                           None if split == "train" else [pair.alignment for pair in pairs])
         for split, pairs in demo_splits(source.demo).items()
     }
 

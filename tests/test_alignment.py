@@ -65,7 +65,8 @@ def test_pharaoh_and_output_lines() -> None:
     assert format_nbest([Translation("", -3.0, alignment=[])], with_scores=False, with_alignment=True) == " ||| "
 
 
-def test_default_layer_is_the_penultimate() -> None:
+def test_default_layer_is_the_last_of_a_shallow_decoder_and_the_penultimate_of_a_deep_one() -> None:
     assert default_alignment_layer(6) == 4
-    assert default_alignment_layer(2) == 0
+    assert default_alignment_layer(3) == 1
+    assert default_alignment_layer(2) == 1
     assert default_alignment_layer(1) == 0

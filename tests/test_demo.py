@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+import io
+from pathlib import Path
 
-from mtx.config import DemoSource
+import pytest
+import yaml
+from rich.console import Console
+
+from mtx.aer import read_gold
+from mtx.config import DemoSource, load_recipe
 from mtx.demo import demo_splits, sample_pairs
 from mtx.demo.clause import Clause, english, german_main, german_question, german_sub
 from mtx.demo.lexicon import (
@@ -17,7 +23,10 @@ from mtx.demo.lexicon import (
     number_en,
     ordinal_de,
     ordinal_en,
+    prepositional,
 )
+from mtx.demo.words import Phrase, Word, gold_alignment
+from mtx.prepare import prepare
 
 
 def _noun(en: str):
@@ -100,9 +109,9 @@ def test_word_order_in_main_subordinate_and_question_clauses() -> None:
 
 
 def test_sentences_are_deterministic_short_and_one_to_one() -> None:
-    pairs = sample_pairs(3000, seed=7)
-    assert pairs == sample_pairs(3000, seed=7)
-    assert pairs != sample_pairs(3000, seed=8)
+    pairs = [(pair.en, pair.de) for pair in sample_pairs(3000, seed=7)]
+    assert pairs == [(pair.en, pair.de) for pair in sample_pairs(3000, seed=7)]
+    assert pairs != [(pair.en, pair.de) for pair in sample_pairs(3000, seed=8)]
     assert len({en for en, _ in pairs}) == len(pairs)
     assert all(2 <= len(en.split()) <= 20 and len(de.split()) <= 20 for en, de in pairs)
     assert all(en[0].isupper() and en[-1] in ".?" and de[-1] == en[-1] for en, de in pairs)
@@ -115,12 +124,91 @@ def test_sentences_are_deterministic_short_and_one_to_one() -> None:
 def test_splits_are_disjoint() -> None:
     splits = demo_splits(DemoSource(pairs=2000, valid=200, test=200, seed=3))
     assert [len(splits[s]) for s in ("train", "valid", "test")] == [2000, 200, 200]
-    train = {en for en, _ in splits["train"]}
-    valid = {en for en, _ in splits["valid"]}
-    test = {en for en, _ in splits["test"]}
+    train, valid, test = ({pair.en for pair in splits[split]} for split in ("train", "valid", "test"))
     assert not train & valid and not train & test and not valid & test
 
 
 @pytest.mark.slow
 def test_at_least_200k_distinct_pairs() -> None:
     assert len(sample_pairs(200_000, seed=1)) == 200_000
+
+
+# ------------------------------------------------------------------------------------- gold alignments
+
+
+def _phrase(*parts: tuple[str, str]) -> Phrase:
+    return Phrase.parts(*parts)
+
+
+def test_gold_links_of_a_separable_verb_and_of_do_support() -> None:
+    """"calls" is both parts of "ruft … an"; a question's "does" is a possible link of the finite verb."""
+    man, doctor = _phrase(("the", "der"), ("man", "Mann")), _phrase(("the", "den"), ("doctor", "Arzt"))
+    clause = Clause(man.en, man.de, "3sg", _verb("call"), "present", None, False, doctor.en, doctor.de)
+    # the(0) man(1) calls(2) the(3) doctor(4) → der(0) Mann(1) ruft(2) den(3) Arzt(4) an(5)
+    assert gold_alignment(english(clause), german_main(clause)) == "0-0 1-1 2-2 3-3 4-4 2-5"
+    # does(0) the(1) man(2) call(3) the(4) doctor(5) → ruft(0) der(1) Mann(2) den(3) Arzt(4) an(5)
+    assert gold_alignment(english(clause, question=True), german_question(clause)) == "0p0 3-0 1-1 2-2 4-3 5-4 3-5"
+    pick_up = Clause(man.en, man.de, "3sg", _verb("pick up"), "present", None, False, [], [])
+    # the(0) man(1) picks(2) up(3) → der(0) Mann(1) holt(2) ab(3); verb last: abholt ← picks up
+    assert gold_alignment(english(pick_up), german_main(pick_up)) == "0-0 1-1 2-2 3-3"
+    assert gold_alignment(english(pick_up), german_sub(pick_up)) == "0-0 1-1 2-2 3-2"
+
+
+def test_gold_links_of_a_verb_final_clause_with_negation() -> None:
+    """we(0) have(1) not(2) gone(3) into(4) the(5) garden(6) → wir(0) nicht(1) in(2) den(3) Garten(4)
+    gegangen(5) sind(6): the participle and the auxiliary swap places and keep their links."""
+    we = _phrase(("we", "wir"))
+    clause = Clause(we.en, we.de, "1pl", _verb("go"), "perfect", None, True, [], [])
+    clause.middle_de.append(Word("nicht", [clause.not_en]))
+    garden = prepositional("into", "in", NounPhrase(_noun("garden"), False, "the").aligned("acc"))
+    clause.rest_en += garden.en
+    clause.middle_de += garden.de
+    assert " ".join(german_sub(clause)) == "wir nicht in den Garten gegangen sind"
+    assert gold_alignment(english(clause), german_sub(clause)) == "0-0 2-1 4-2 5-3 6-4 3-5 1-6"
+
+
+def test_gold_links_of_numbers_contractions_and_kein() -> None:
+    cows = NounPhrase(_noun("cow"), True, "321", _adjective("black")).aligned("acc")
+    assert " ".join(cows.de) == "dreihunderteinundzwanzig schwarze Kühe"
+    assert gold_alignment(cows.en, cows.de) == "0-0 1-0 2-0 3-1 4-2"  # the compound ← three hundred twenty-one
+    garden = prepositional("in", "in", NounPhrase(_noun("garden"), False, "the").aligned("dat"))
+    assert (" ".join(garden.de), gold_alignment(garden.en, garden.de)) == ("im Garten", "0-0 1-0 2-1")
+    not_ = Word("not")
+    dog = NounPhrase(_noun("dog"), False, "a").aligned("acc", negation=not_)
+    assert (" ".join(dog.de), gold_alignment([not_, *dog.en], dog.de)) == ("keinen Hund", "0-0 1-0 2-1")
+
+
+def test_gold_alignment_of_a_generated_sentence() -> None:
+    """Checked by hand: a fronted "when" clause (verb last), then verb first, and "holten … ab" ← "picked up"."""
+    pair = sample_pairs(7, seed=5)[6]
+    assert pair.en == ("When the quiet boy heard our friend next to our good school, girls picked up this table "
+                       "without our student.")
+    assert pair.de == ("Als der leise Junge unseren Freund neben unserer guten Schule hörte, holten Mädchen diesen "
+                       "Tisch ohne unseren Studenten ab.")
+    assert pair.alignment == ("0-0 1-1 2-2 3-3 5-4 6-5 7-6 8-6 9-7 10-8 11-9 4-10 13-11 12-12 15-13 16-14 17-15 "
+                              "18-16 19-17 14-18")
+
+
+def test_every_german_word_is_linked_within_both_sentences() -> None:
+    pairs = sample_pairs(3000, seed=7)
+    for pair in pairs:
+        gold = read_gold(pair.alignment)
+        en_words, de_words = len(pair.en.split()), len(pair.de.split())
+        assert all(0 <= i < en_words and 0 <= j < de_words for i, j in gold.possible), pair
+        assert {j for _, j in gold.possible} == set(range(de_words)), pair  # no German word from nothing
+    links = " ".join(p.alignment for p in pairs)
+    assert "p" in links  # possible links occur: "do", "to", clock times
+
+
+def test_prepare_writes_gold_alignments_line_by_line(tmp_path: Path) -> None:
+    recipe = {"name": "demo", "run_dir": str(tmp_path / "run"), "data": {
+        "source": {"demo": {"pairs": 300, "valid": 20, "test": 30, "seed": 4}}, "bpe": {"vocab_size": 400}}}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    prepare(load_recipe(path), workers=1, console=Console(file=io.StringIO()))
+    data = tmp_path / "run" / "data"
+    held_out = demo_splits(DemoSource(pairs=300, valid=20, test=30, seed=4))
+    for split in ("valid", "test"):
+        lines = [(data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de", "align")]
+        assert list(zip(*lines, strict=True)) == [(pair.en, pair.de, pair.alignment) for pair in held_out[split]]
+    assert not (data / "train.align").exists()

@@ -15,20 +15,24 @@ makes a tiny model work for it, the way it makes a big one work on WMT:
 - numbers written as German compounds with the units before the tens ("dreihunderteinundzwanzig"),
   ordinal dates ("am einundzwanzigsten Juni") and clock times ("um halb acht" = "at half past seven").
 
-Every English sentence has exactly one German translation, so a model can learn it to near-perfect BLEU.
+Every English sentence has exactly one German translation, so a model can learn it to near-perfect BLEU. The
+grammar also knows which English words each German word translates: every pair comes with its gold word
+alignment (mtx.demo.words), which `mtx prepare` writes beside the valid and test splits.
 """
 
 from __future__ import annotations
 
 from mtx.config import DemoSource
 from mtx.demo.grammar import Grammar
+from mtx.demo.words import AlignedPair
 from mtx.errors import MtxError
 
 MAX_WORDS = 20  # longer sentences are drawn again: the demo must train in minutes
 
 
-def sample_pairs(count: int, seed: int, exclude: set[str] = frozenset()) -> list[tuple[str, str]]:
-    """`count` distinct pairs whose English is not in `exclude`; each English sentence maps to one German."""
+def sample_pairs(count: int, seed: int, exclude: set[str] = frozenset()) -> list[AlignedPair]:
+    """`count` distinct pairs whose English is not in `exclude`, with their gold alignments; each English
+    sentence maps to one German."""
     grammar = Grammar(seed)
     seen: set[str] = set(exclude)
     pairs = []
@@ -38,17 +42,17 @@ def sample_pairs(count: int, seed: int, exclude: set[str] = frozenset()) -> list
         if attempts > 20 * count + 1000:
             raise MtxError(f"data.source.demo: the demo grammar could not draw {count:,} distinct sentences; "
                            "ask for fewer pairs.")
-        en, de = grammar.sentence()
-        if en in seen or len(en.split()) > MAX_WORDS or len(de.split()) > MAX_WORDS:
+        pair = grammar.sentence()
+        if pair.en in seen or len(pair.en.split()) > MAX_WORDS or len(pair.de.split()) > MAX_WORDS:
             continue
-        seen.add(en)
-        pairs.append((en, de))
+        seen.add(pair.en)
+        pairs.append(pair)
     return pairs
 
 
-def demo_splits(config: DemoSource) -> dict[str, list[tuple[str, str]]]:
-    """Train, valid and test, with no English sentence in more than one of them."""
+def demo_splits(config: DemoSource) -> dict[str, list[AlignedPair]]:
+    """Train, valid and test, with no English sentence in more than one of them, and their gold alignments."""
     held_out = sample_pairs(config.valid + config.test, config.seed + 1_000_003)
     valid, test = held_out[: config.valid], held_out[config.valid :]
-    train = sample_pairs(config.pairs, config.seed, exclude={en for en, _ in held_out})
+    train = sample_pairs(config.pairs, config.seed, exclude={pair.en for pair in held_out})
     return {"train": train, "valid": valid, "test": test}

@@ -2,7 +2,7 @@
 
 Every choice — sentence shape, tense, words, numbers, times — is one draw from the same `random.Random`, in a
 fixed order, so a seed always gives the same corpus: changing the order of the draws changes every sentence
-after it.
+after it. Each sentence pair comes with its gold word alignment (mtx.demo.words), made from the same parts.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from mtx.demo.lexicon import (
     number_en,
     ordinal_de,
     ordinal_en,
-    preposition,
+    prepositional,
 )
+from mtx.demo.words import AlignedPair, Phrase, Word, english_words, translating
 
 
 class Grammar:
@@ -48,51 +49,51 @@ class Grammar:
 
     # ---------------------------------------------------------------------------------- sentences
 
-    def sentence(self) -> tuple[str, str]:
+    def sentence(self) -> AlignedPair:
         kind = self.rng.random()
         if kind < 0.42:
             clause = self.clause(time=True)
             if clause.time_de and self.chance(0.5):  # fronted adverbial: the verb stays second
-                en = f"{clause.time_en} " + " ".join(english(clause, with_time=False))
-                de = f"{clause.time_de} " + " ".join(german_main(clause, with_time=False, fronted=True))
+                en = [*clause.time_en, *english(clause, with_time=False)]
+                de = [*clause.time_de, *german_main(clause, with_time=False, fronted=True)]
             else:
-                en, de = " ".join(english(clause)), " ".join(german_main(clause))
-            return _finish(en, "."), _finish(de, ".")
+                en, de = english(clause), german_main(clause)
+            return _finish([en], [de], ".")
         if kind < 0.52:
             clause = self.clause(time=True, question=True)
-            return _finish(" ".join(english(clause, question=True)), "?"), \
-                _finish(" ".join(german_question(clause)), "?")
+            return _finish([english(clause, question=True)], [german_question(clause)], "?")
         if kind < 0.68:
             return self.reported()
         if kind < 0.84:
             main, reason = self.clause(time=True), self.clause(time=False)
-            en = " ".join(english(main)) + " because " + " ".join(english(reason))
-            de = " ".join(german_main(main)) + ", weil " + " ".join(german_sub(reason))
-            return _finish(en, "."), _finish(de, ".")
+            because = english_words("because")
+            return _finish([[*english(main), *because, *english(reason)]],
+                           [german_main(main), [*translating("weil", because), *german_sub(reason)]], ".")
         tense = self.pick(["present", "past"])
         condition, main = self.clause(time=False, tense=tense), self.clause(time=False, tense=tense)
-        en = "when " + " ".join(english(condition)) + ", " + " ".join(english(main))
-        conj = "wenn" if tense == "present" else "als"
-        de = f"{conj} " + " ".join(german_sub(condition)) + ", " + " ".join(
-            german_main(main, fronted=True))
-        return _finish(en, "."), _finish(de, ".")
+        when = english_words("when")
+        conj = translating("wenn" if tense == "present" else "als", when)
+        return _finish([[*when, *english(condition)], english(main)],
+                       [[*conj, *german_sub(condition)], german_main(main, fronted=True)], ".")
 
-    def reported(self) -> tuple[str, str]:
+    def reported(self) -> AlignedPair:
         """"She says that …" → "Sie sagt, dass …"; "I do not know whether …" → "Ich weiß nicht, ob …"."""
-        subject_en, subject_de, person = self.subject("person", short=True)
+        subject, person = self.subject("person", short=True)
         inner = self.clause(time=self.chance(0.3))
         if self.chance(0.2):
             verb = SAYING[1]
             tense = self.pick(["present", "past"])
-            main = Clause(subject_en, subject_de, person, verb, tense, None, True, [], ["nicht"])
-            en = " ".join(english(main)) + " whether " + " ".join(english(inner))
-            de = " ".join(german_main(main)) + ", ob " + " ".join(german_sub(inner))
+            main = Clause(subject.en, subject.de, person, verb, tense, None, True, [], [])
+            main.middle_de.append(Word("nicht", [main.not_en]))
+            conjunction = english_words("whether")
+            de_conjunction = translating("ob", conjunction)
         else:
             verb = self.pick(SAYING)
-            main = Clause(subject_en, subject_de, person, verb, self.pick(["present", "past"]), None, False, [], [])
-            en = " ".join(english(main)) + " that " + " ".join(english(inner))
-            de = " ".join(german_main(main)) + ", dass " + " ".join(german_sub(inner))
-        return _finish(en, "."), _finish(de, ".")
+            main = Clause(subject.en, subject.de, person, verb, self.pick(["present", "past"]), None, False, [], [])
+            conjunction = english_words("that")
+            de_conjunction = translating("dass", conjunction)
+        return _finish([[*english(main), *conjunction, *english(inner)]],
+                       [german_main(main), [*de_conjunction, *german_sub(inner)]], ".")
 
     # ------------------------------------------------------------------------------------ clauses
 
@@ -108,65 +109,62 @@ class Grammar:
         else:
             clause = self.action(tense, modal, negated)
         if time and self.chance(0.35):
-            clause.time_en, clause.time_de = self.time(tense if not modal else "modal-" + tense)
+            adverbial = self.time(tense if not modal else "modal-" + tense)
+            clause.time_en, clause.time_de = adverbial.en, adverbial.de
         return clause
 
-    def subject(self, kinds: str, short: bool = False) -> tuple[str, str, str]:
-        """(English, German nominative, person): a pronoun or a noun phrase."""
+    def subject(self, kinds: str, short: bool = False) -> tuple[Phrase, str]:
+        """(the subject in English and German nominative, its person): a pronoun or a noun phrase."""
         if kinds != "any" and "person" in _kinds(kinds) and self.chance(0.3):
-            return self.pick(PRONOUNS)
+            en, de, person = self.pick(PRONOUNS)
+            return Phrase.parts((en, de)), person
         phrase = self.noun_phrase(kinds, numbers=False, adjective=not short)
-        return phrase.en(), phrase.de("nom"), phrase.person
+        return phrase.aligned("nom"), phrase.person
 
     def action(self, tense: str, modal: Modal | None, negated: bool) -> Clause:
         verb = self.pick(VERBS)
-        subject_en, subject_de, person = self.subject(verb.subject)
-        rest_en: list[str] = []
-        middle_de: list[str] = []
+        subject, person = self.subject(verb.subject)
+        clause = Clause(subject.en, subject.de, person, verb, tense, modal, negated, [], [])
         kein = False
         if verb.frame == "dat+acc":
             recipients, things = verb.objects.split(";")
             recipient = self.noun_phrase(recipients, numbers=False)
             thing = self.noun_phrase(things, numbers=not negated)
             kein = negated and thing.negatable
-            rest_en += [recipient.en(), thing.en()]
-            middle_de += [recipient.de("dat"), thing.de("acc", negated=kein)]
+            _add(clause, recipient.aligned("dat") + thing.aligned("acc", clause.not_en if kein else None))
         elif verb.frame in ("acc", "dat"):
             obj = self.noun_phrase(verb.objects, numbers=not negated and verb.frame == "acc")
             kein = negated and verb.frame == "acc" and obj.negatable
-            rest_en.append(obj.en())
-            middle_de.append(obj.de(verb.frame, negated=kein))
+            _add(clause, obj.aligned(verb.frame, clause.not_en if kein else None))
         if negated and not kein:
-            middle_de.append("nicht")
+            clause.middle_de.append(Word("nicht", [clause.not_en]))
         if verb.motion and self.chance(0.6):
-            self.add(rest_en, middle_de, self.direction())
+            _add(clause, self.direction())
         elif self.chance(0.3):
-            self.add(rest_en, middle_de, self.place())
+            _add(clause, self.place())
         elif verb.subject == "person" and self.chance(0.2):
-            self.add(rest_en, middle_de, self.company())
-        return Clause(subject_en, subject_de, person, verb, tense, modal, negated, rest_en, middle_de)
+            _add(clause, self.company())
+        return clause
 
     def copula(self, tense: str, modal: Modal | None, negated: bool) -> Clause:
         """"The dog is (not) tired / in the garden"; persons also "seven years old"."""
         kind = self.rng.random()
         if kind < 0.45:
             adjective = self.pick(ADJECTIVES)
-            subject_en, subject_de, person = self.subject(adjective.kinds)
-            rest_en, predicate = [adjective.en], [adjective.de]
+            subject, person = self.subject(adjective.kinds)
+            predicate = Phrase.parts((adjective.en, adjective.de))
         elif kind < 0.8:
-            subject_en, subject_de, person = self.subject("animate")
-            en, de = self.place()
-            rest_en, predicate = [en], [de]
+            subject, person = self.subject("animate")
+            predicate = self.place()
         else:
-            subject_en, subject_de, person = self.subject("person")
+            subject, person = self.subject("person")
             age = self.rng.randint(2, 99)
-            rest_en, predicate = [f"{number_en(age)} years old"], [f"{number_de(age)} Jahre alt"]
-        middle_de = (["nicht"] if negated else []) + predicate
-        return Clause(subject_en, subject_de, person, BE, tense, modal, negated, rest_en, middle_de)
-
-    def add(self, rest_en: list[str], middle_de: list[str], phrase: tuple[str, str]) -> None:
-        rest_en.append(phrase[0])
-        middle_de.append(phrase[1])
+            predicate = Phrase.parts((number_en(age), number_de(age)), ("years", "Jahre"), ("old", "alt"))
+        clause = Clause(subject.en, subject.de, person, BE, tense, modal, negated, [], [])
+        if negated:
+            clause.middle_de.append(Word("nicht", [clause.not_en]))
+        _add(clause, predicate)
+        return clause
 
     # ------------------------------------------------------------------------------------ phrases
 
@@ -200,71 +198,79 @@ class Grammar:
         chosen = self.adjective(noun) if self.chance(0.15) else None
         return NounPhrase(noun, self.chance(0.15), det, chosen)
 
-    def place(self) -> tuple[str, str]:
+    def place(self) -> Phrase:
         """Where something is: two-way prepositions with the dative."""
         en_prep, de_prep, kinds = self.pick([("in", "in", "enclosed"), ("behind", "hinter", "place,vehicle"),
                                              ("in front of", "vor", "place,vehicle"),
                                              ("next to", "neben", "place,vehicle,furniture"),
                                              ("under", "unter", "furniture,vehicle"), ("on", "auf", "furniture")])
-        phrase = self.definite_phrase(kinds)
-        return f"{en_prep} {phrase.en()}", preposition(de_prep, phrase.de("dat"))
+        return prepositional(en_prep, de_prep, self.definite_phrase(kinds).aligned("dat"))
 
-    def direction(self) -> tuple[str, str]:
+    def direction(self) -> Phrase:
         """Where something goes: "into" takes the accusative, "to" is zu with the dative."""
         en_prep, de_prep, case, kinds = self.pick([("into", "in", "acc", "enclosed"), ("to", "zu", "dat", "place"),
                                                    ("through", "durch", "acc", "through")])
-        phrase = self.definite_phrase(kinds)
-        return f"{en_prep} {phrase.en()}", preposition(de_prep, phrase.de(case))
+        return prepositional(en_prep, de_prep, self.definite_phrase(kinds).aligned(case))
 
-    def company(self) -> tuple[str, str]:
+    def company(self) -> Phrase:
         en_prep, de_prep, case = self.pick([("with", "mit", "dat"), ("for", "für", "acc"), ("without", "ohne", "acc")])
-        phrase = self.definite_phrase("person,animal")
-        return f"{en_prep} {phrase.en()}", preposition(de_prep, phrase.de(case))
+        return prepositional(en_prep, de_prep, self.definite_phrase("person,animal").aligned(case))
 
-    def time(self, tense: str) -> tuple[str, str]:
+    def time(self, tense: str) -> Phrase:
         """A time adverbial that fits the tense (no "yesterday" with the English perfect)."""
         if tense == "perfect":
-            return "today", "heute"
+            return Phrase.parts(("today", "heute"))
         options = ["day", "clock", "date", "part"]
         options.append("yesterday" if tense.endswith("past") else "tomorrow")
         if tense == "present":
             options += ["today", "every day"]
         choice = self.pick(options)
         if choice == "yesterday":
-            return "yesterday", "gestern"
+            return Phrase.parts(("yesterday", "gestern"))
         if choice == "tomorrow":
-            return "tomorrow", "morgen"
+            return Phrase.parts(("tomorrow", "morgen"))
         if choice == "today":
-            return "today", "heute"
+            return Phrase.parts(("today", "heute"))
         if choice == "every day":
-            return "every day", "jeden Tag"
+            return Phrase.parts(("every", "jeden"), ("day", "Tag"))
         if choice == "part":
-            return self.pick([("in the morning", "am Morgen"), ("in the evening", "am Abend"),
-                              ("in the afternoon", "am Nachmittag")])
+            part = self.pick([("morning", "Morgen"), ("evening", "Abend"), ("afternoon", "Nachmittag")])
+            return Phrase.parts(("in the", "am"), part)
         if choice == "day":
-            en, de = self.pick(DAYS)
-            return f"on {en}", f"am {de}"
+            return Phrase.parts(("on", "am"), self.pick(DAYS))
         if choice == "date":
             en, de, days = self.pick(MONTHS)
             day = self.rng.randint(1, days)
-            return f"on the {ordinal_en(day)} of {en}", f"am {ordinal_de(day)} {de}"
+            return Phrase.parts(("on the", "am"), (ordinal_en(day), ordinal_de(day)), ("of", ""), (en, de))
         return self.clock()
 
-    def clock(self) -> tuple[str, str]:
+    def clock(self) -> Phrase:
         """"at half past seven" = "um halb acht": German names the coming hour."""
         hour = self.rng.randint(1, 12)
         following = hour % 12 + 1
         style = self.rng.random()
         if style < 0.3:
-            return f"at {number_en(hour)} o'clock", f"um {number_de(hour)} Uhr"
-        if style < 0.5:
-            return f"at half past {number_en(hour)}", f"um halb {_hour_de(following)}"
+            return Phrase.parts(("at", "um"), (number_en(hour), number_de(hour)), ("o'clock", "Uhr"))
+        if style < 0.5:  # "halb acht" is half an hour before eight: "acht" and "past" are loose translations
+            at, half, past, hour_en = english_words(f"at half past {number_en(hour)}")
+            return Phrase([at, half, past, hour_en], [Word("um", [at]), Word("halb", [half], [past]),
+                                                      Word(_hour_de(following), possible=[hour_en])])
         if style < 0.65:
-            return f"at a quarter past {number_en(hour)}", f"um Viertel nach {_hour_de(hour)}"
+            return Phrase.parts(("at", "um"), ("a quarter", "Viertel"), ("past", "nach"),
+                                (number_en(hour), _hour_de(hour)))
         if style < 0.8:
-            return f"at a quarter to {number_en(following)}", f"um Viertel vor {_hour_de(following)}"
+            return Phrase.parts(("at", "um"), ("a quarter", "Viertel"), ("to", "vor"),
+                                (number_en(following), _hour_de(following)))
         minute = self.pick([m for m in range(10, 60) if m not in (15, 30, 45)])
-        return f"at {number_en(hour)} {number_en(minute)}", f"um {number_de(hour)} Uhr {number_de(minute)}"
+        at, hour_en, minute_en = english_words(f"at {number_en(hour)} {number_en(minute)}")
+        return Phrase([at, hour_en, minute_en], [Word("um", [at]), Word(number_de(hour), [hour_en]),
+                                                 Word("Uhr", possible=[hour_en]), Word(number_de(minute), [minute_en])])
+
+
+def _add(clause: Clause, phrase: Phrase) -> None:
+    """A phrase after the verb group in English and in the German middle field."""
+    clause.rest_en += phrase.en
+    clause.middle_de += phrase.de
 
 
 def _hour_de(hour: int) -> str:
@@ -291,5 +297,13 @@ def _kinds(kinds: str) -> frozenset[str]:
     return frozenset(wanted)
 
 
-def _finish(text: str, mark: str) -> str:
+def _finish(en: list[list[Word]], de: list[list[Word]], mark: str) -> AlignedPair:
+    """The sentence pair from its clauses' words, joined by commas, capitalised and punctuated, and the gold
+    alignment of its words (mtx.demo.words.Word): punctuation joins a word, so the words stay as many."""
+    return AlignedPair(_written(en, mark), _written(de, mark), [w for clause in en for w in clause],
+                       [w for clause in de for w in clause])
+
+
+def _written(clauses: list[list[Word]], mark: str) -> str:
+    text = ", ".join(" ".join(words) for words in clauses)
     return text[0].upper() + text[1:] + mark

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mtx.demo.words import Phrase, Word, english_words, translating
+
 # ------------------------------------------------------------------------------------------------ lexicon
 
 CASES = ("nom", "acc", "dat")
@@ -266,11 +268,15 @@ DAYS = [("Monday", "Montag"), ("Tuesday", "Dienstag"), ("Wednesday", "Mittwoch")
         ("Friday", "Freitag"), ("Saturday", "Samstag"), ("Sunday", "Sonntag")]
 
 
-def preposition(prep: str, phrase: str) -> str:
-    """A German prepositional phrase, contracting the article where German must: "in dem Garten" → "im Garten"."""
-    article, _, rest = phrase.partition(" ")
-    contracted = CONTRACTIONS.get((prep, article))
-    return f"{contracted} {rest}" if contracted else f"{prep} {phrase}"
+def prepositional(en: str, de: str, phrase: Phrase) -> Phrase:
+    """A prepositional phrase, contracting the German article where German must: "in dem Garten" → "im
+    Garten", the contraction translating both the preposition and the article ("im" ← "in the")."""
+    prep = english_words(en)
+    article = phrase.de[0]
+    contracted = CONTRACTIONS.get((de, article))
+    if contracted:
+        return Phrase(prep + phrase.en, [Word(contracted, [*prep, *article.sure]), *phrase.de[1:]])
+    return Phrase(prep + phrase.en, translating(de, prep) + phrase.de)
 
 
 def number_en(n: int) -> str:
@@ -330,17 +336,39 @@ class NounPhrase:
         return "3pl" if self.plural else "3sg"
 
     def en(self) -> str:
-        noun = self.noun.en_pl if self.plural else self.noun.en
-        words = [self.adjective.en, noun] if self.adjective else [noun]
-        if self.det == "a":
-            return ("an " if words[0][0] in "aeiou" else "a ") + " ".join(words)
-        if self.det == "this" and self.plural:
-            return "these " + " ".join(words)
-        det = number_en(int(self.det)) if self.det.isdigit() else self.det
-        return " ".join([det, *words] if det else words)
+        return _joined(self.en_parts())
 
     def de(self, case: str, negated: bool = False) -> str:
         """The German phrase in `case`; `negated` turns "a dog"/"dogs" into "keinen Hund"/"keine Hunde"."""
+        return _joined(self.de_parts(case, negated))
+
+    def aligned(self, case: str, negation: Word | None = None) -> Phrase:
+        """The phrase in both languages, each German part translating the same English part; under a
+        `negation` ("not") that turns it into "kein…", the article translates that word too."""
+        en: list[Word] = []
+        de: list[Word] = []
+        for part, (en_text, de_text) in enumerate(zip(self.en_parts(), self.de_parts(case, negation is not None),
+                                                      strict=True)):
+            words = english_words(en_text)
+            en += words
+            de += translating(de_text, [*words, negation] if negation and part == 0 else words)
+        return Phrase(en, de)
+
+    def en_parts(self) -> tuple[str, str, str]:
+        """Determiner, adjective and noun; the determiner is several words for a number, and it and the
+        adjective may be empty."""
+        noun = self.noun.en_pl if self.plural else self.noun.en
+        adjective = self.adjective.en if self.adjective else ""
+        if self.det == "a":
+            det = "an" if (adjective or noun)[0] in "aeiou" else "a"
+        elif self.det == "this" and self.plural:
+            det = "these"
+        else:
+            det = number_en(int(self.det)) if self.det.isdigit() else self.det
+        return det, adjective, noun
+
+    def de_parts(self, case: str, negated: bool = False) -> tuple[str, str, str]:
+        """Article, adjective and noun, each one word or (article, adjective) empty, in `case`."""
         column = 3 if self.plural else GENDERS.index(self.noun.gender)
         det = "no" if negated and self.det in ("a", "") else self.det
         if det == "the":
@@ -351,14 +379,16 @@ class NounPhrase:
             article, endings = EIN_WORDS[det] + EIN_ENDINGS[case][column], MIXED
         else:  # a number or nothing: strong adjective endings (always plural here)
             article, endings = number_de(int(det)) if det else "", None
-        words = [article] if article else []
+        adjective = ""
         if self.adjective:
-            ending = endings[case][column] if endings else STRONG_PLURAL[case]
-            words.append(self.adjective.stem + ending)
-        words.append(self.noun.de_form(self.plural, case))
-        return " ".join(words)
+            adjective = self.adjective.stem + (endings[case][column] if endings else STRONG_PLURAL[case])
+        return article, adjective, self.noun.de_form(self.plural, case)
 
     @property
     def negatable(self) -> bool:
         """Negating "a dog" / "dogs" uses kein instead of nicht."""
         return self.det in ("a", "")
+
+
+def _joined(parts: tuple[str, ...]) -> str:
+    return " ".join(part for part in parts if part)
