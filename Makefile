@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 DEMO   := runs/demo
 
-.PHONY: install test test-fast test-slow lint coverage mutants demo bench gpu-check clean
+.PHONY: install install-export test test-fast test-slow lint coverage mutants demo bench gpu-check clean
 
 install: $(STAMP)
 
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# The optional extra `mtx export` needs (transformers, safetensors, ctranslate2), with torch kept at its pin.
+install-export: install
+	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,export]'
 
 # The whole suite: unit, integration (the CLI pipeline), distributed (gloo) and slow system tests.
 test: install

@@ -1,11 +1,12 @@
-"""What every benchmark shares: threads, timing, JSON lines, synthetic data, and the Marian twin of an mtx model.
+"""What every benchmark shares: threads, timing, JSON lines, synthetic data, and checks of an mtx model's twins.
 
 Timing rules (the machines these run on are shared and noisy): warm up first, time several repeats, report the
 median, and interleave the systems being compared repeat by repeat (`time_interleaved`), so that a burst of
 load from a neighbour hits all of them rather than whichever happened to run at that moment.
 
-The peers (Hugging Face `transformers`, `ctranslate2`) are imported lazily and only here, because they live in
-the separate `.bench-venv` that `make bench` creates, never in mtx's own environment: `peers_missing()` tells a
+The peers (Hugging Face `transformers`, `ctranslate2`) are imported lazily (here and in mtx.export, which maps
+mtx's weights onto them), because they live in the separate `.bench-venv` that `make bench` creates or in the
+optional extra `mtx[export]`, never among mtx's own dependencies: `peers_missing()` tells a
 script which are absent so it can print a `skipped` line instead of failing.
 """
 
@@ -22,12 +23,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from mtx.batching import Batch, collate
 from mtx.config import ModelConfig, resolve_model
 from mtx.model import Transformer
-from mtx.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
+from mtx.tokenizer import PAD, SPECIAL_TOKENS
 
 FIRST_WORD = len(SPECIAL_TOKENS)  # random "words" are drawn from [FIRST_WORD, vocab): never a special token
 
@@ -245,100 +245,8 @@ def peak_bf16_tflops(device_name: str) -> tuple[float | None, str]:
 
 
 # ------------------------------------------------------------------------------- the Marian (HF) twin
-
-
-def marian_config(cfg: ModelConfig, vocab: int):
-    """A `transformers.MarianConfig` of the same architecture as an mtx model of config `cfg`.
-
-    Marian in Transformers is the paper's post-norm Transformer with sinusoidal positions, which is what mtx's
-    presets are; the settings that differ from Marian's defaults are spelled out: ReLU (its default is GELU),
-    √d_model embedding scaling, one shared source/target/output matrix, dropout only on embeddings and residual
-    branches, and mtx's special-token ids with decoding starting from BOS.
-    """
-    from transformers import MarianConfig
-
-    if cfg.norm != "post" or not cfg.share_embeddings:
-        raise ValueError("Marian is post-norm with shared embeddings; this mtx config is not")
-    return MarianConfig(
-        vocab_size=vocab, decoder_vocab_size=vocab, d_model=cfg.d_model,
-        encoder_layers=cfg.layers_enc, decoder_layers=cfg.layers_dec,
-        encoder_attention_heads=cfg.heads, decoder_attention_heads=cfg.heads,
-        encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, activation_function="relu",
-        dropout=cfg.dropout, attention_dropout=cfg.attn_dropout, activation_dropout=cfg.relu_dropout,
-        max_position_embeddings=cfg.max_positions, scale_embedding=True,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS, forced_eos_token_id=EOS,
-    )
-
-
-def build_marian(cfg: ModelConfig, vocab: int, attn_implementation: str = "sdpa"):
-    """A MarianMTModel of the same shape as mtx's, with its own random weights (enough for training speed)."""
-    from transformers import MarianMTModel
-
-    model = MarianMTModel(marian_config(cfg, vocab))
-    model.config._attn_implementation = attn_implementation
-    return model
-
-
-def marian_from_mtx(model: Transformer, attn_implementation: str = "sdpa"):
-    """A MarianMTModel that computes the same function as `model`: every weight copied across.
-
-    mtx packs self-attention Q, K, V into one matrix and cross-attention K, V into another; Marian keeps them
-    separate, so those are split. mtx's sinusoidal table interleaves sin and cos across channels while Marian's
-    puts all sines first, so mtx's table is copied into Marian's (frozen) position embeddings as well.
-    """
-    marian = build_marian(model.cfg, model.vocab_size, attn_implementation)
-    with torch.no_grad():
-        shared = marian.model.shared.weight
-        shared.copy_(model.tgt_embed.weight)
-        for stack in (marian.model.encoder, marian.model.decoder):
-            stack.embed_positions.weight.copy_(model.positions[: stack.embed_positions.weight.shape[0]])
-        for ours, theirs in zip(model.encoder_layers, marian.model.encoder.layers, strict=True):
-            _copy_qkv(ours.self_attn.qkv_proj, theirs.self_attn)
-            _copy_linear(ours.self_attn.out_proj, theirs.self_attn.out_proj)
-            _copy_norm(ours.attn_residual.norm, theirs.self_attn_layer_norm)
-            _copy_linear(ours.ffn.fc1, theirs.fc1)
-            _copy_linear(ours.ffn.fc2, theirs.fc2)
-            _copy_norm(ours.ffn_residual.norm, theirs.final_layer_norm)
-        for ours, theirs in zip(model.decoder_layers, marian.model.decoder.layers, strict=True):
-            _copy_qkv(ours.self_attn.qkv_proj, theirs.self_attn)
-            _copy_linear(ours.self_attn.out_proj, theirs.self_attn.out_proj)
-            _copy_norm(ours.self_residual.norm, theirs.self_attn_layer_norm)
-            _copy_linear(ours.cross_attn.q_proj, theirs.encoder_attn.q_proj)
-            for part, target in zip(_split(ours.cross_attn.kv_proj, 2), (theirs.encoder_attn.k_proj,
-                                                                         theirs.encoder_attn.v_proj), strict=True):
-                _copy_linear(part, target)
-            _copy_linear(ours.cross_attn.out_proj, theirs.encoder_attn.out_proj)
-            _copy_norm(ours.cross_residual.norm, theirs.encoder_attn_layer_norm)
-            _copy_linear(ours.ffn.fc1, theirs.fc1)
-            _copy_linear(ours.ffn.fc2, theirs.fc2)
-            _copy_norm(ours.ffn_residual.norm, theirs.final_layer_norm)
-        marian.final_logits_bias.zero_()
-    tied = (marian.lm_head.weight.data_ptr() == shared.data_ptr() == marian.model.encoder.embed_tokens.weight.data_ptr()
-            == marian.model.decoder.embed_tokens.weight.data_ptr())
-    if not tied:
-        raise RuntimeError("Marian's embeddings and output projection are not one shared matrix")
-    return marian
-
-
-def _split(linear: torch.nn.Linear, parts: int) -> list[tuple[Tensor, Tensor]]:
-    return list(zip(linear.weight.chunk(parts), linear.bias.chunk(parts), strict=True))
-
-
-def _copy_qkv(packed: torch.nn.Linear, attention) -> None:
-    for part, target in zip(_split(packed, 3), (attention.q_proj, attention.k_proj, attention.v_proj), strict=True):
-        _copy_linear(part, target)
-
-
-def _copy_linear(source: torch.nn.Linear | tuple[Tensor, Tensor], target: torch.nn.Linear) -> None:
-    weight, bias = (source.weight, source.bias) if isinstance(source, torch.nn.Linear) else source
-    target.weight.copy_(weight)
-    target.bias.copy_(bias)
-
-
-def _copy_norm(source: torch.nn.LayerNorm, target: torch.nn.LayerNorm) -> None:
-    target.weight.copy_(source.weight)
-    target.bias.copy_(source.bias)
+# mtx.export.marian maps mtx's weights onto a MarianMT model and mtx.export.ctranslate2 converts them for
+# CTranslate2 (`mtx export`); the benchmarks use those, and check here that the twin computes mtx's function.
 
 
 def check_same_function(model: Transformer, marian, batch: Batch, name: str = "marian.same_weights_check") -> None:
@@ -359,39 +267,6 @@ def check_same_function(model: Transformer, marian, batch: Batch, name: str = "m
 
 
 def token_strings(vocab: int) -> list[str]:
-    """The vocabulary as CTranslate2 sees it: mtx's special tokens, then "t<id>" for every other id."""
+    """A synthetic model's vocabulary as CTranslate2 sees it (random ids have no tokenizer): mtx's special
+    tokens, then "t<id>" for every other id."""
     return SPECIAL_TOKENS + [f"t{i}" for i in range(FIRST_WORD, vocab)]
-
-
-def convert_to_ctranslate2(marian, vocab: int, output_dir: str) -> str:
-    """Save `marian` (in memory) as a float32 CTranslate2 model; quantize at load time with `compute_type`.
-
-    The stock `TransformersConverter` reloads a saved folder with its tokenizer and, for Marian, applies Marian's
-    own conventions (the decoder starts from a zero embedding, the last vocabulary entry is dropped as padding),
-    which are not mtx's. The model is mtx's post-norm Transformer in Marian's clothes, which CTranslate2's BART
-    loader maps exactly (with the embedding LayerNorm and pre-norm switched off, as its Marian loader does) and
-    with decoding starting from BOS, as mtx's does. A token list stands in for the tokenizer.
-    """
-    from ctranslate2.converters import Converter
-    from ctranslate2.converters.transformers import BartLoader
-
-    tokens = token_strings(vocab)
-
-    class VocabularyOnly:
-        """The part of a Transformers tokenizer that the loader reads."""
-
-        bos_token, eos_token, unk_token = SPECIAL_TOKENS[BOS], SPECIAL_TOKENS[EOS], SPECIAL_TOKENS[UNK]
-
-        def get_vocab(self) -> dict[str, int]:
-            return {token: i for i, token in enumerate(tokens)}
-
-        def convert_ids_to_tokens(self, i: int) -> str:
-            return tokens[i]
-
-    class InMemoryConverter(Converter):
-        def _load(self):
-            marian.config.normalize_before = False
-            marian.config.normalize_embedding = False
-            return BartLoader()(marian, VocabularyOnly())
-
-    return InMemoryConverter().convert(output_dir, force=True)

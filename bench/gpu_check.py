@@ -17,7 +17,7 @@ run), and every result is printed and flushed the moment it is measured:
                    `mtx train` to the first validation at the gate), then average → translate → score as
                    `make demo` does, gated on its test BLEU
   translate_speed  beam-4 sentences/s of the demo model on its test set in bf16 and fp16; CTranslate2 beside
-                   it when `ctranslate2` and `transformers` are installed
+                   it when `ctranslate2` is installed
   torchrun         `torch.distributed.run -m mtx train` resuming the demo run for a few steps (NCCL; one
                    process, and two when there are two GPUs); gloo with two processes on a CPU
 
@@ -666,14 +666,15 @@ def translate_speed(stage: Stage) -> None:
 
 def ctranslate2_speed(stage: Stage, model, tokenizer, sources: list[str], refs: list[str],
                       config: dict[str, Any]) -> None:
-    """CTranslate2 on the same weights (through their Marian twin, bench/common.py), beam 4, in bf16 and fp16
+    """CTranslate2 on the same weights (converted by mtx.export.ctranslate2), beam 4, in bf16 and fp16
     where this device computes them in CTranslate2 (float32 if neither, as on most CPUs)."""
-    from common import convert_to_ctranslate2, marian_from_mtx, peers_missing, token_strings
+    from common import peers_missing, token_strings
 
+    from mtx.export.ctranslate2 import convert_to_ctranslate2
     from mtx.score import corpus_bleu
     from mtx.tokenizer import EOS, normalize_text
 
-    missing = peers_missing("ctranslate2", "transformers")
+    missing = peers_missing("ctranslate2")
     if missing:
         emit_skip("gpu_check.translate.ct2", f"not installed here: {', '.join(missing)} (optional)",
                   {**config, "system": "ctranslate2"})
@@ -684,7 +685,7 @@ def ctranslate2_speed(stage: Stage, model, tokenizer, sources: list[str], refs: 
         emit_skip("gpu_check.translate.ct2", "this ctranslate2 build sees no CUDA device", config)
         return
     vocab = model.vocab_size
-    path = convert_to_ctranslate2(marian_from_mtx(copy.deepcopy(model).float()), vocab, str(stage.out / "ct2"))
+    path = convert_to_ctranslate2(model, token_strings(vocab), str(stage.out / "ct2"))
     strings = token_strings(vocab)
     ids = {token: i for i, token in enumerate(strings)}
     encoded = tokenizer.encode_batch([normalize_text(s) for s in sources])

@@ -19,13 +19,13 @@ from common import (
     check_same_function,
     emit,
     emit_skip,
-    marian_from_mtx,
     peers_missing,
     random_batch,
     set_threads,
     time_interleaved,
 )
 
+from mtx.export.marian import marian_from_mtx
 from mtx.model import Transformer
 from mtx.tokenizer import BOS
 

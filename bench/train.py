@@ -37,7 +37,6 @@ import numpy as np
 import torch
 from common import (
     RandomPairs,
-    build_marian,
     build_model,
     emit,
     emit_info,
@@ -51,6 +50,7 @@ from common import (
 from torch import Tensor
 
 from mtx.batching import Batch, collate, make_batches
+from mtx.export.marian import build_marian
 from mtx.loss import batch_loss, label_smoothed_loss
 
 LABEL_SMOOTHING = 0.1

@@ -13,7 +13,7 @@ EOS, so its 31st token is free). Sentences/s and tokens/s (30 per sentence) are 
                        `mtx translate` spreads them (`mtx.translate.decoding_workers`: two batches at a time
                        on one thread each); int8 is `mtx.translate.prepare_model(..., "int8")`
   marian fp32          `MarianMTModel.generate` (SDPA attention) holding mtx's weights, one batch at a time
-  ct2 fp32 / int8      CTranslate2's Translator on that Marian model converted (compute_type float32 / int8),
+  ct2 fp32 / int8      CTranslate2's Translator on mtx's weights (mtx.export.ctranslate2; compute_type float32 / int8),
                        one batch at a time on both threads (inter_threads 1, intra_threads 2)
   ct2 … .parallel      the same, two batches at a time on one thread each (inter_threads 2, intra_threads 1)
 
@@ -36,11 +36,9 @@ import torch
 from common import (
     build_model,
     check_same_function,
-    convert_to_ctranslate2,
     emit,
     emit_info,
     emit_skip,
-    marian_from_mtx,
     peers_missing,
     random_batch,
     set_threads,
@@ -49,6 +47,8 @@ from common import (
 )
 from torch import Tensor
 
+from mtx.export.ctranslate2 import convert_to_ctranslate2
+from mtx.export.marian import marian_from_mtx
 from mtx.search import search
 from mtx.tokenizer import BOS, EOS, PAD
 from mtx.translate import decoding_workers, map_in_threads, prepare_model
@@ -146,7 +146,7 @@ def peer_decoders(model: torch.nn.Module, batches: Batches, args: argparse.Names
         return decoders
     import ctranslate2
 
-    path = convert_to_ctranslate2(marian, args.vocab, f"{workdir}/ct2")
+    path = convert_to_ctranslate2(model, token_strings(args.vocab), f"{workdir}/ct2")
     # One batch at a time on all the threads, and CTranslate2's own way to decode batches side by side:
     # `inter_threads` workers, one thread each.
     layouts = {"": (1, args.threads), ".parallel": (args.threads, 1)}

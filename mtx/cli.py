@@ -160,6 +160,32 @@ def average(
 
 
 @app.command()
+def export(
+    model: Annotated[Path, typer.Option("-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average).")],
+    output: Annotated[Path, typer.Argument(help="The folder to write.", metavar="OUT/", show_default=False)],
+    to: Annotated[str, typer.Option("--to", metavar="hf|ctranslate2", help="hf: a Hugging Face transformers "
+                                    "MarianMT folder; ctranslate2: a CTranslate2 model directory.")],
+    quantization: Annotated[str | None, typer.Option(
+        metavar="int8|int8_float16|float16|bfloat16", help="CTranslate2 weights' type [default: float32].")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT/ if it exists and is not empty.")] = False,
+) -> None:
+    """Export a checkpoint for serving with Hugging Face transformers or CTranslate2 (needs mtx[export]).
+
+    OUT/ holds the model, mtx's tokenizer (normalising text and ending sources with </s> as mtx does) and a
+    README.md model card: the code that translates with it, the recipe, the data counts and the best
+    validation BLEU. An hf folder loads with AutoModelForSeq2SeqLM and AutoTokenizer, and its
+    generation_config.json holds the recipe's beam and length penalty. Pre-norm models export to ctranslate2
+    only: MarianMT has no pre-norm layers.
+
+    Example: mtx export -m runs/demo/average.pt --to ctranslate2 demo-ct2/ --quantization int8
+    """
+    from mtx.export import export_checkpoint
+
+    export_checkpoint(model, to, output, quantization=quantization, force=force)
+    sys.stderr.write(f"exported {model} → {output} ({to}{f', {quantization}' if quantization else ''})\n")
+
+
+@app.command()
 def score(
     references: Annotated[
         list[Path],
@@ -207,7 +233,10 @@ def score(
 
 @app.command()
 def translate(
-    model: Annotated[Path, typer.Option("-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average).")],
+    model: Annotated[list[Path], typer.Option(
+        "-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average). Given several times: an "
+        "ensemble, which averages the models' next-token probabilities at every step; the models must share a "
+        "tokenizer, and the first one's recipe sets the defaults and aligns.")],
     input_: Annotated[
         Path | None, typer.Option("-i", "--input", metavar="IN", help="Sentences, one per line [default: stdin].")
     ] = None,
@@ -254,7 +283,7 @@ def translate(
         "empty input line gives ' ||| ' (with --nbest > 1: an empty line).")] = False,
     alignment_layer: Annotated[int | None, typer.Option(
         metavar="N", help="With --alignment: the decoder layer (0-based) whose cross-attention, heads averaged, "
-        "aligns. [default: the penultimate layer, provisionally]")] = None,
+        "aligns. [default: the last layer of a decoder of one or two layers, else the penultimate]")] = None,
     format_: Annotated[str, typer.Option(
         "--format", metavar="text|jsonl", help="jsonl: one JSON object per input line instead of a text line: "
         "text, score, tokens (the subwords, then </s>), token_log_probs (one per token), with --alignment "
@@ -266,6 +295,7 @@ def translate(
     fairseq's |Y|^α with --lenpen-style fairseq. Flags left unset take the checkpoint's recipe (decode:).
     Sources longer than the model's max_positions are truncated, with a warning that counts them.
     --alignment aligns words after the search, with one more pass of the translations through the decoder.
+    Several -m decode as an ensemble (e.g. models trained with different seeds), at the cost of running each.
 
     Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
     """

@@ -289,6 +289,15 @@ class DecodeConfig:
     min_len: int = 0
     nbest: int = 1  # translations kept per sentence, best first
 
+    @classmethod
+    def of_checkpoint(cls, checkpoint: dict[str, Any], **overrides: Any) -> DecodeConfig:
+        """The settings of a checkpoint's stored recipe (`decode:`), with `overrides` (the flags a user set)
+        on top. A field the recipe lacks, as one written before the field existed, takes the paper's default,
+        and a key mtx no longer knows is passed over, so every checkpoint still translates."""
+        stored = (checkpoint.get("recipe") or {}).get("decode") or {}
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{**{k: v for k, v in stored.items() if k in known}, **overrides})
+
     def validate(self, key: str) -> None:
         """As the recipe section `key`: `decode.beam = 0 must be at least 1.`"""
         self._validate(lambda name: f"{key}.{name}", " = ", ConfigError)

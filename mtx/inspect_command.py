@@ -17,7 +17,8 @@ from rich.text import Text
 from mtx.attention_page import write_page
 from mtx.attention_terminal import print_heatmaps, statistics_table
 from mtx.checkpoint import load_model
-from mtx.inspection import KINDS, Inspection, View, checkpoint_decode_config, inspect_sentence, select_views
+from mtx.config import DecodeConfig
+from mtx.inspection import KINDS, Inspection, View, inspect_sentence, select_views
 
 
 def summary_json(inspection: Inspection, views: list[View]) -> str:
@@ -35,7 +36,7 @@ def inspect_checkpoint(checkpoint: Path, sentence: str, *, target: str | None, k
     settings (or `target` taken as the translation), the views that `kind`, `layer` and `head` select printed
     to `console` (see the module docstring), and the page written to `output` if given."""
     model, tokenizer, loaded = load_model(checkpoint, "cpu")
-    inspection = inspect_sentence(model, tokenizer, checkpoint_decode_config(loaded), sentence, target)
+    inspection = inspect_sentence(model, tokenizer, DecodeConfig.of_checkpoint(loaded, nbest=1), sentence, target)
     views = select_views(inspection, kind, layer, head)
     if output is not None:
         write_page(output, inspection)

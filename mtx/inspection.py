@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -62,14 +62,6 @@ def readable_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
         labels.append(("" if starts_word or owner is None else CONTINUATION) + (shown(text) or CHARACTER_REST))
         word_before = owner if owner is not None else word_before
     return labels
-
-
-def checkpoint_decode_config(checkpoint: dict[str, Any]) -> DecodeConfig:
-    """The decoding settings of a checkpoint's recipe (`decode:`), the paper's defaults for the fields it lacks
-    (a recipe older than them), one hypothesis kept."""
-    recipe_decode = (checkpoint.get("recipe") or {}).get("decode") or {}
-    known = {f.name for f in dataclasses.fields(DecodeConfig)}
-    return DecodeConfig(**{**{k: v for k, v in recipe_decode.items() if k in known}, "nbest": 1})
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ a checkpoint's model on its device in the numeric format asked for.
 `translate_sentences` (what the trainer's validation calls) and the `mtx translate` command
 (mtx.translate_lines, which feeds it bounded windows of lines) share it. Asked for an `alignment_layer`, it
 also word-aligns every hypothesis it returns (mtx.alignment), after the search and without changing it.
+Given several models, it searches them as one ensemble (mtx.ensemble).
 
 Length limits. A source longer than the model's `max_positions` (EOS included) is truncated to fit, and counted
 so the command can warn; translations are never split. The output of a source of n tokens (EOS not counted)
@@ -32,6 +33,7 @@ from mtx.alignment import Alignment, RememberedEncoding, align_hypotheses
 from mtx.batching import decoding_batches
 from mtx.config import DecodeConfig
 from mtx.devices import available_memory, choose_dtype, half_precision_model
+from mtx.ensemble import Ensemble
 from mtx.errors import MtxError
 from mtx.kernels import quantizable_output_projection
 from mtx.model import Transformer
@@ -72,12 +74,16 @@ class Translation(NamedTuple):
 class Translator:
     """A model, its tokenizer and how to search: sentences in, n-best lists of `Translation`s out.
 
+    `model` may be a sequence of models sharing the tokenizer, on one device in one format: an ensemble,
+    whose next-token distributions are averaged at every step (mtx.ensemble). The first model aligns, and the
+    shortest of the models' position tables limits the lengths.
+
     `alignment_layer` (0-based; None: no alignments) is the decoder layer whose cross-attention word-aligns
     each hypothesis. Its errors name `mtx translate`'s flags (`--beam`, `--batch-tokens`): that command is where
     a user chooses these values, while the trainer's validation passes a recipe's, already checked.
     """
 
-    model: Transformer
+    model: Transformer | Sequence[Transformer]
     tokenizer: Tokenizer
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     batch_tokens: int = 4096
@@ -88,15 +94,20 @@ class Translator:
         self.decode.validate_flags()
         if self.batch_tokens < 1:
             raise MtxError(f"--batch-tokens {self.batch_tokens} must be at least 1.")
-        if self.decode.beam > self.model.vocab_size:
-            raise MtxError(f"--beam {self.decode.beam} is more than the model's {self.model.vocab_size:,} "
+        self.models: list[Transformer] = [self.model] if isinstance(self.model, Transformer) else list(self.model)
+        first = self.models[0]
+        if any(model.vocab_size != first.vocab_size for model in self.models):
+            raise MtxError("The models of an ensemble must share a vocabulary, but their sizes are "
+                           f"{', '.join(f'{model.vocab_size:,}' for model in self.models)}.")
+        if self.decode.beam > first.vocab_size:
+            raise MtxError(f"--beam {self.decode.beam} is more than the model's {first.vocab_size:,} "
                            "vocabulary tokens: beams are distinct continuations, so there cannot be more.")
-        layers = len(self.model.decoder_layers)
+        layers = len(first.decoder_layers)
         if self.alignment_layer is not None and not 0 <= self.alignment_layer < layers:
             raise MtxError(f"--alignment-layer {self.alignment_layer} is not a layer of this model, whose "
                            f"decoder layers are numbered 0 to {layers - 1}.")
-        self.max_positions: int = self.model.cfg.max_positions
-        self.device = next(self.model.parameters()).device
+        self.max_positions: int = min(model.cfg.max_positions for model in self.models)
+        self.device = next(first.parameters()).device
 
     def translate(self, sentences: list[str]) -> list[list[Translation]]:
         """The n-best translations of each sentence, best first; an empty sentence gets an empty list."""
@@ -147,14 +158,16 @@ class Translator:
                 "--batch-tokens (or --threads, which decodes batches side by side).")
 
     def _batch_bytes(self, sentences: int, source_len: int, limit: int) -> int:
-        """The memory the search of one batch allocates: the self-attention cache of every row (a beam) and
-        its spare for reordering, the per-sentence cross-attention cache, a few (rows, V) score arrays, and the
-        tokens and log-probabilities of every row. Aligning comes after the search has let go of its cache:
-        the batch needs the larger of the two."""
-        cfg, rows, positions = self.model.cfg, sentences * self.decode.beam, limit + 1
-        element = self.model.tgt_embed.weight.element_size()
-        cache = element * cfg.layers_dec * 2 * cfg.d_model * (2 * rows * positions + sentences * source_len)
-        search = cache + 3 * 4 * rows * self.model.vocab_size + 12 * rows * positions
+        """The memory the search of one batch allocates: every model's self-attention cache of every row (a
+        beam) and its spare for reordering, and per-sentence cross-attention cache; a few (rows, V) score
+        arrays, and two more per further model of an ensemble (its log-probabilities and their running average);
+        the tokens and log-probabilities of every row. Aligning comes after the search has let go of its
+        caches: the batch needs the larger of the two."""
+        rows, positions = sentences * self.decode.beam, limit + 1
+        cache = sum(model.tgt_embed.weight.element_size() * model.cfg.layers_dec * 2 * model.cfg.d_model
+                    * (2 * rows * positions + sentences * source_len) for model in self.models)
+        score_arrays = 3 + 2 * (len(self.models) - 1)
+        search = cache + score_arrays * 4 * rows * self.models[0].vocab_size + 12 * rows * positions
         return max(search, self._alignment_bytes(sentences, source_len, limit))
 
     def _alignment_bytes(self, sentences: int, source_len: int, limit: int) -> int:
@@ -163,7 +176,7 @@ class Translator:
         cross-attention's over the source, and a few (rows, positions, D) activations."""
         if self.alignment_layer is None:
             return 0
-        cfg, rows, positions = self.model.cfg, sentences * self.decode.nbest, limit + 2  # BOS, tokens, EOS
+        cfg, rows, positions = self.models[0].cfg, sentences * self.decode.nbest, limit + 2  # BOS, tokens, EOS
         weights = 2 * 4 * rows * cfg.heads * positions * (positions + source_len)
         return weights + 4 * 4 * rows * positions * cfg.d_model
 
@@ -185,13 +198,16 @@ class Translator:
         rows = [torch.tensor(ids) for ids in sources]
         src = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD).to(self.device)
         src_pad, d = src == PAD, self.decode
-        # Only a search whose hypotheses are to be aligned drives the model through RememberedEncoding.
-        encoding = None if self.alignment_layer is None else RememberedEncoding(self.model)
-        nbests = search(encoding or self.model, src, src_pad, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
+        # Only a search whose hypotheses are to be aligned drives the (first) model through RememberedEncoding.
+        first = self.models[0]
+        encoding = None if self.alignment_layer is None else RememberedEncoding(first)
+        members = [encoding or first, *self.models[1:]]
+        decoder = members[0] if len(members) == 1 else Ensemble(members)
+        nbests = search(decoder, src, src_pad, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
                         lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest)
         if encoding is None:
             return nbests, None
-        return nbests, align_hypotheses(self.model, self.tokenizer, sources, src_pad, encoding.memory, nbests,
+        return nbests, align_hypotheses(first, self.tokenizer, sources, src_pad, encoding.memory, nbests,
                                         self.alignment_layer)
 
 

@@ -18,14 +18,13 @@ without parsing tabs and separators, with the subword tokens and their log-proba
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import queue
 import sys
 import threading
 import typing
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, Literal
 
@@ -148,19 +147,20 @@ def json_line(nbest: list[Translation], tokenizer: Tokenizer, with_nbest: bool, 
     return json.dumps(line, ensure_ascii=False)
 
 
-def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path | None, *,
+def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_path: Path | None, *,
                    options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
                    threads: int | None, errors: Errors, log: Callable[[str], None], alignment: bool = False,
                    alignment_layer: int | None = None, output_format: OutputFormat = "text") -> TranslationStats:
     """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
 
-    `options` holds the DecodeConfig fields the user set; the others come from the checkpoint's recipe
-    (`decode:`), then from the paper's defaults (DecodeConfig's), so a checkpoint whose recipe predates a
-    field still translates. `alignment` adds word alignments from the decoder layer `alignment_layer`
-    (0-based; None: `default_alignment_layer`), which only applies with it. `output_format` "jsonl" writes
-    `json_line`s instead of text lines.
+    Several `checkpoints` translate as one ensemble (mtx.ensemble), every model on the same device in the same
+    format. `options` holds the DecodeConfig fields the user set; the others come from the (first) checkpoint's
+    recipe (`decode:`), then from the paper's defaults (DecodeConfig's), so a checkpoint whose recipe predates a
+    field still translates. `alignment` adds word alignments from the decoder layer `alignment_layer` (0-based;
+    None: `default_alignment_layer`) of the first model, which only applies with it. `output_format` "jsonl"
+    writes `json_line`s instead of text lines.
     """
-    from mtx.checkpoint import load_model
+    from mtx.ensemble import load_models
 
     check_choice("--device", device, DeviceName)
     check_choice("--dtype", dtype, Dtype)
@@ -178,13 +178,12 @@ def translate_file(checkpoint: Path, input_path: Path | None, output_path: Path 
             raise MtxError(f"--threads {threads} must be between 1 and 4 × this machine's {cores} cores.")
         torch.set_num_threads(threads)
     target = choose_device(device, "--device")
-    model, tokenizer, checkpoint = load_model(checkpoint, "cpu")
-    recipe_decode = (checkpoint.get("recipe") or {}).get("decode") or {}
-    known = {f.name for f in dataclasses.fields(DecodeConfig)}
-    chosen = {**{k: v for k, v in recipe_decode.items() if k in known}, **options}
+    models, tokenizer, checkpoint = load_models(checkpoints)
     if alignment and alignment_layer is None:
-        alignment_layer = default_alignment_layer(len(model.decoder_layers))
-    translator = Translator(prepare_model(model, target, dtype), tokenizer, DecodeConfig(**chosen), batch_tokens,
+        alignment_layer = default_alignment_layer(len(models[0].decoder_layers))
+    prepared = [prepare_model(model, target, dtype) for model in models]
+    decode = DecodeConfig.of_checkpoint(checkpoint, **options)
+    translator = Translator(prepared[0] if len(prepared) == 1 else prepared, tokenizer, decode, batch_tokens,
                             alignment_layer=alignment_layer)
 
     show_progress, with_scores = sys.stderr.isatty(), translator.decode.nbest > 1

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mtx import __version__
-from mtx.config import ConfigError, load_recipe, parse_duration, parse_override
+from mtx.config import ConfigError, DecodeConfig, load_recipe, parse_duration, parse_override
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
 GOOD = """\
@@ -156,3 +156,11 @@ def test_header_commands_name_their_own_recipe_and_run_folder(path: Path) -> Non
         if command.startswith(("mtx prepare", "torchrun", "mtx train")) or " mtx train " in command:
             assert f"recipes/{path.name}" in command, command
     assert sum(run in c for c in commands) >= 3, "average, translate and score name the run folder"
+
+
+def test_decode_config_of_a_checkpoint_takes_its_recipe_then_the_flags() -> None:
+    """The recipe's decode: section, the flags on top, the paper's defaults for fields an older recipe lacks,
+    and a key mtx no longer knows passed over; a checkpoint without a recipe decodes as the paper does."""
+    checkpoint = {"recipe": {"decode": {"beam": 6, "lenpen": 1.0, "retired_option": True}}}
+    assert DecodeConfig.of_checkpoint(checkpoint, lenpen=0.2, nbest=2) == DecodeConfig(beam=6, lenpen=0.2, nbest=2)
+    assert DecodeConfig.of_checkpoint({}) == DecodeConfig.of_checkpoint({"recipe": None}) == DecodeConfig()

@@ -1,0 +1,99 @@
+"""Issue 15: the CTranslate2 export of the demo model against `mtx translate`, beam 4, in the same run.
+
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/export.py [--model runs/demo/average.pt] [--repeats 5]
+
+The model is exported with `mtx export --to ctranslate2` (mtx.export) into a temporary folder, float32 and int8,
+and the demo test set (runs/demo/data/test.en) is translated with beam 4 and the recipe's length penalty by:
+
+  mtx.fp32 / mtx.int8   `mtx.translate.Translator` (what `mtx translate` runs), --dtype fp32 / int8
+  ct2.fp32 / ct2.int8   `ctranslate2.Translator` on the exported folders, with the exported tokenizer, batches of
+                        4096 tokens as mtx's --batch-tokens, one worker on all the threads
+
+Sentences/s (median of the repeats, interleaved) and the BLEU of each against runs/demo/data/test.de; the
+issue's bar is int8 within 0.5 BLEU of mtx's own (fp32) translation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import tempfile
+from pathlib import Path
+
+import torch
+from common import emit, emit_info, emit_skip, peers_missing, set_threads, time_interleaved
+
+from mtx.checkpoint import load_model
+from mtx.config import DecodeConfig
+from mtx.export import export_checkpoint
+from mtx.score import corpus_bleu
+from mtx.translate import Translator, prepare_model
+
+BLEU_BAR = 0.5  # a quantized export's BLEU at most this far below mtx's
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=Path("runs/demo/average.pt"))
+    parser.add_argument("--data", type=Path, default=Path("runs/demo/data"), help="holds test.en and test.de")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    set_threads(args.threads)
+    config = {"model": str(args.model), "beam": 4, "threads": args.threads}
+    if peers_missing("ctranslate2"):
+        emit_skip("export", "not installed here: ctranslate2 (pip install 'mtx[export]')", config)
+        return
+    sources = (args.data / "test.en").read_text(encoding="utf-8").splitlines()
+    references = (args.data / "test.de").read_text(encoding="utf-8").splitlines()
+    model, tokenizer, checkpoint = load_model(args.model)
+    decode = DecodeConfig.of_checkpoint(checkpoint, beam=4)
+    outputs: dict[str, list[str]] = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        systems = {
+            "mtx.fp32": mtx_system(Translator(model, tokenizer, decode, 4096)),
+            "mtx.int8": mtx_system(Translator(prepare_model(copy.deepcopy(model), torch.device("cpu"), "int8"),
+                                              tokenizer, decode, 4096)),
+        }
+        for name, quantization in (("ct2.fp32", None), ("ct2.int8", "int8")):
+            folder = Path(workdir) / name
+            export_checkpoint(args.model, "ctranslate2", folder, quantization=quantization)
+            systems[name] = ct2_system(folder, decode, args.threads)
+        set_threads(args.threads)  # a CTranslate2 Translator sets OpenMP's thread count for the whole process
+        runs = {name: (lambda system=system, name=name: outputs.__setitem__(name, system(sources)))
+                for name, system in systems.items()}
+        seconds = time_interleaved(runs, args.repeats)
+    bleu = {name: corpus_bleu(hyps, references) for name, hyps in outputs.items()}
+    for name, samples in seconds.items():
+        emit(f"export.{name}.sentences_per_s", {**config, "system": name}, [len(sources) / s for s in samples],
+             "sentences/s", bleu=round(bleu[name], 2))
+    for name in ("mtx.int8", "ct2.fp32", "ct2.int8"):
+        gap = bleu["mtx.fp32"] - bleu[name]
+        emit_info(f"export.{name}.bleu_below_mtx_fp32", gap=gap, bar=BLEU_BAR, met=gap <= BLEU_BAR)
+
+
+def mtx_system(translator: Translator):
+    return lambda sentences: [nbest[0].text if nbest else "" for nbest in translator.translate(sentences)]
+
+
+def ct2_system(folder: Path, decode: DecodeConfig, threads: int):
+    """Translate with the exported folder as its README shows, in batches of 4096 tokens."""
+    import ctranslate2
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.encode_special_tokens = True
+    translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=threads, inter_threads=1)
+
+    def translate(sentences: list[str]) -> list[str]:
+        tokens = [encoding.tokens for encoding in tokenizer.encode_batch(sentences)]
+        results = translator.translate_batch(tokens, beam_size=decode.beam, length_penalty=decode.lenpen,
+                                             suppress_sequences=[["<pad>"], ["<s>"]], max_batch_size=4096,
+                                             batch_type="tokens")
+        return tokenizer.decode_batch([[tokenizer.token_to_id(t) for t in r.hypotheses[0]] for r in results])
+
+    return translate
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Ensemble decoding: several models searched as one, their next-token distributions averaged at every step.
+
+Models trained apart (other seeds, other shapes) make partly independent errors, so the average of their
+predictions is better than any one of them, at the cost of running each. `Ensemble` is an
+`mtx.search.IncrementalDecoder` made of others: each step it runs every member's `decode_step` and combines
+the members' distributions with `average_distributions`, so beam search, its length penalty and its early stop
+work on an ensemble unchanged.
+
+The members must share a tokenizer, since they score the same token ids; they may differ in everything else
+(layers, width, heads, norm placement). `load_models` loads the checkpoints of an ensemble and refuses a
+tokenizer mismatch by naming the files.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from mtx.checkpoint import load_model
+from mtx.errors import MtxError
+from mtx.model import Transformer
+from mtx.search import DecoderCache, IncrementalDecoder
+from mtx.tokenizer import Tokenizer
+
+
+def average_distributions(log_probs: Sequence[Tensor]) -> Tensor:
+    """The log of the mean of the members' probabilities: log (1/M) Σ_m P_m(y | prefix, X), from M (N, V)
+    log-probability tensors.
+
+    This is fairseq's ensemble rule (a mixture of the members' distributions). Marian instead sums the members'
+    log-probabilities with weights, a product of experts left unnormalised. The mixture is a distribution as
+    it stands: the scores, the n-best lists and the per-token log-probabilities of an ensemble remain
+    log-probabilities, comparable with a single model's, and a member that is sure of a token cannot be
+    vetoed by one that gives it almost no probability. Rounding can put the log of a probability of one a
+    hair above 0, which the search's early stop must never see, so the result is clamped at 0.
+
+    The sum is accumulated one member at a time with `torch.logaddexp`, elementwise, rather than by
+    `torch.logsumexp` over the members' stacked tensors, which copies them into one and reduces across them.
+    """
+    if len(log_probs) == 1:
+        return log_probs[0]
+    return functools.reduce(torch.logaddexp, log_probs).sub_(math.log(len(log_probs))).clamp_(max=0.0)
+
+
+@dataclass
+class EnsembleState:
+    """The members' own decoder states, in the members' order, reordered together."""
+
+    states: list[DecoderCache]
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> EnsembleState:
+        return EnsembleState([state.reorder(rows, sentences) for state in self.states])
+
+
+class Ensemble:
+    """Models that decode as one: an `mtx.search.IncrementalDecoder` whose members are any others (mtx
+    Transformers, or a Transformer wrapped by mtx.alignment.RememberedEncoding).
+
+    Search encodes a batch once and hands the result straight to `init_state`. The members' encoder outputs
+    differ (each its own encoder, perhaps its own width), so the ensemble's `encode` passes the source on as
+    it is, and `init_state` encodes it with every member. The ensemble holds no state of its own, so threads
+    may decode several batches with it at once, as mtx.translate.Translator does.
+    """
+
+    def __init__(self, members: Sequence[IncrementalDecoder]) -> None:
+        if not members:
+            raise ValueError("an ensemble needs at least one member")
+        self.members = list(members)
+
+    def encode(self, src: Tensor, src_pad: Tensor) -> Tensor:
+        return src
+
+    def init_state(self, memory: Tensor, src_pad: Tensor, max_len: int) -> EnsembleState:
+        """`memory` is the source (see the class); each member encodes it and makes its own cache."""
+        return EnsembleState([member.init_state(member.encode(memory, src_pad), src_pad, max_len)
+                              for member in self.members])
+
+    def decode_step(self, prev: Tensor, state: EnsembleState) -> tuple[Tensor, EnsembleState]:
+        steps = [member.decode_step(prev, own) for member, own in zip(self.members, state.states, strict=True)]
+        log_probs, states = zip(*steps, strict=True)
+        return average_distributions(log_probs), EnsembleState(list(states))
+
+
+def load_models(paths: Sequence[Path]) -> tuple[list[Transformer], Tokenizer, dict]:
+    """The models of the checkpoints `paths` on the CPU, in eval mode, their shared tokenizer, and the first
+    checkpoint (whose recipe sets the decoding defaults).
+
+    Refuses checkpoints whose tokenizers differ, naming the first file and the odd one: their token ids mean
+    different subwords, so averaging their distributions would mix unrelated tokens.
+    """
+    if not paths:
+        raise MtxError("No checkpoint given: pass at least one -m CKPT.pt.")
+    model, tokenizer, checkpoint = load_model(paths[0], "cpu")
+    models = [model]
+    for path in paths[1:]:
+        model, other, _ = load_model(path, "cpu")
+        if other.sha256 != tokenizer.sha256:
+            raise MtxError(f"{paths[0]} and {path} have different tokenizers (vocabularies of "
+                           f"{tokenizer.vocab_size:,} and {other.vocab_size:,} tokens), so they cannot be ensembled: "
+                           "ensemble models trained on the same prepared data/ (the same tokenizer.json).")
+        models.append(model)
+    return models, tokenizer, checkpoint

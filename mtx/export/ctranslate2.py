@@ -1,0 +1,129 @@
+"""An mtx Transformer as a CTranslate2 model directory.
+
+CTranslate2's `TransformerSpec` describes the paper's encoder-decoder in both of mtx's variants, post-norm and
+pre-norm (with the final LayerNorm of each stack), so the spec is filled from mtx's weights directly, with no
+intermediate model: mtx's packed Q/K/V and K/V matrices are CTranslate2's fused ones, in the same order; the
+sinusoidal table is mtx's own (interleaved sines and cosines), stored in the model rather than recomputed;
+the output projection is the target embedding; decoding starts from BOS, as mtx's does. Quantization
+(`QUANTIZATIONS`) happens while saving; any saved model can also be quantized when loaded (`compute_type`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import Tensor, nn
+
+from mtx.config import DecodeConfig
+from mtx.export.tokenizer import exported_tokenizer, token_strings
+from mtx.model import Transformer
+from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, UNK
+
+QUANTIZATIONS = ("int8", "int8_float16", "float16", "bfloat16")
+LAYER_NORM_EPS = 1e-5  # mtx's LayerNorm keeps torch's default epsilon
+
+
+def ctranslate2_spec(model: Transformer, tokens: list[str]):
+    """The `ctranslate2.specs.TransformerSpec` of `model`, whose vocabulary (ids in order) is `tokens`."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    cfg = model.cfg
+    pre_norm = cfg.norm == "pre"
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.layers_enc, cfg.layers_dec), cfg.heads, pre_norm=pre_norm, activation=common_spec.Activation.RELU)
+    positions = _array(model.positions)
+    for stack in (spec.encoder, spec.decoder):
+        stack.scale_embeddings = True  # by √d_model, as mtx's `embed_scale`
+        stack.position_encodings.encodings = positions
+    spec.encoder.embeddings[0].weight = _array(model.src_embed.weight)
+    spec.decoder.embeddings.weight = _array(model.tgt_embed.weight)
+    spec.decoder.projection.weight = spec.decoder.embeddings.weight
+    if pre_norm:
+        _set_norm(spec.encoder.layer_norm, model.encoder_norm)
+        _set_norm(spec.decoder.layer_norm, model.decoder_norm)
+    for ours, theirs in zip(model.encoder_layers, spec.encoder.layer, strict=True):
+        _set_linear(theirs.self_attention.linear[0], ours.self_attn.qkv_proj)
+        _set_linear(theirs.self_attention.linear[1], ours.self_attn.out_proj)
+        _set_norm(theirs.self_attention.layer_norm, ours.attn_residual.norm)
+        _set_feed_forward(theirs.ffn, ours)
+    for ours, theirs in zip(model.decoder_layers, spec.decoder.layer, strict=True):
+        _set_linear(theirs.self_attention.linear[0], ours.self_attn.qkv_proj)
+        _set_linear(theirs.self_attention.linear[1], ours.self_attn.out_proj)
+        _set_norm(theirs.self_attention.layer_norm, ours.self_residual.norm)
+        _set_linear(theirs.attention.linear[0], ours.cross_attn.q_proj)
+        _set_linear(theirs.attention.linear[1], ours.cross_attn.kv_proj)
+        _set_linear(theirs.attention.linear[2], ours.cross_attn.out_proj)
+        _set_norm(theirs.attention.layer_norm, ours.cross_residual.norm)
+        _set_feed_forward(theirs.ffn, ours)
+    spec.config.bos_token, spec.config.eos_token = SPECIAL_TOKENS[BOS], SPECIAL_TOKENS[EOS]
+    spec.config.unk_token, spec.config.decoder_start_token = SPECIAL_TOKENS[UNK], SPECIAL_TOKENS[BOS]
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    spec.register_source_vocabulary(tokens)
+    spec.register_target_vocabulary(tokens)
+    return spec
+
+
+def convert_to_ctranslate2(model: Transformer, tokens: list[str], folder: str | Path,
+                           quantization: str | None = None) -> str:
+    """Save `model` as a CTranslate2 model in `folder` (which must not hold another model), its weights
+    quantized to `quantization` (None: float32); returns the folder's path."""
+    spec = ctranslate2_spec(model, tokens)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    spec.save(str(folder))
+    return str(folder)
+
+
+def _array(tensor: Tensor):
+    """A float32 copy of a weight, on the CPU, as the spec stores it."""
+    return tensor.detach().float().cpu().numpy().copy()
+
+
+def _set_linear(spec, linear: nn.Linear) -> None:
+    spec.weight, spec.bias = _array(linear.weight), _array(linear.bias)
+
+
+def _set_norm(spec, norm: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _set_feed_forward(spec, layer: nn.Module) -> None:
+    _set_linear(spec.linear_0, layer.ffn.fc1)
+    _set_linear(spec.linear_1, layer.ffn.fc2)
+    _set_norm(spec.layer_norm, layer.ffn_residual.norm)
+
+
+def save_ctranslate2_folder(model: Transformer, tokenizer_json: str, folder: Path, quantization: str | None) -> None:
+    """The CTranslate2 model and, beside it, the tokenizer its README uses."""
+    tokenizer = exported_tokenizer(tokenizer_json)
+    convert_to_ctranslate2(model, token_strings(tokenizer, model.vocab_size), folder, quantization)
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+
+def ctranslate2_usage(folder: Path, decode: DecodeConfig) -> str:
+    """The lines that translate with the exported folder, for its README."""
+    return f'''import ctranslate2
+from tokenizers import Tokenizer
+
+translator = ctranslate2.Translator("{folder}", device="cpu")  # compute_type="int8" quantizes when loading
+tokenizer = Tokenizer.from_file("{folder}/tokenizer.json")
+tokenizer.encode_special_tokens = True  # "</s>" typed in a sentence is text, as in mtx
+sources = [tokenizer.encode(s).tokens for s in ["The old friends tidy up his kitchen."]]  # ends with </s>
+results = translator.translate_batch(sources, beam_size={decode.beam}, length_penalty={decode.lenpen},
+                                     suppress_sequences=[["<pad>"], ["<s>"]])
+print([tokenizer.decode([tokenizer.token_to_id(t) for t in r.hypotheses[0]]) for r in results])'''
+
+
+def ctranslate2_notes(decode: DecodeConfig) -> list[str]:
+    """Where CTranslate2 decodes differently from `mtx translate` with the recipe's settings."""
+    penalty = ("fairseq-style, as the recipe's" if decode.lenpen_style == "fairseq" else
+               "|Y|^α, where mtx's recipe uses GNMT's ((5 + |Y|) / 6)^α: beam search may rank hypotheses of "
+               "different lengths differently")
+    return [
+        f"length_penalty is CTranslate2's {penalty}.",
+        f"mtx limits a translation of n source tokens to {decode.max_len_a} · n + {decode.max_len_b} tokens; "
+        "CTranslate2's max_decoding_length is one limit for the batch (256 unless set).",
+        "The tokenizer normalises text as mtx does (NFC, no control characters, single spaces) and appends </s> "
+        "to each source; greedy decoding in float32 gives mtx's own tokens.",
+    ]

@@ -1,0 +1,89 @@
+"""An mtx checkpoint as a Hugging Face `transformers` folder: a MarianMT model, its tokenizer and how to decode.
+
+What the folder holds, and what `AutoModelForSeq2SeqLM.from_pretrained`, `AutoTokenizer.from_pretrained` and
+`pipeline("translation")` read from it:
+
+- config.json, model.safetensors: the MarianMT twin of the model (mtx.export.marian).
+- tokenizer.json, tokenizer_config.json: mtx's tokenizer with its normalisation and the source's EOS built in
+  (mtx.export.tokenizer), wrapped as a fast tokenizer with mtx's special tokens, and with special-token text
+  in the input split as ordinary text, as mtx encodes it.
+- generation_config.json: the recipe's decoding, as far as `generate` can state it (`generation_config`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtx.config import DecodeConfig, ModelConfig
+from mtx.export.marian import marian_from_mtx
+from mtx.export.tokenizer import exported_tokenizer
+from mtx.model import Transformer
+from mtx.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
+
+
+def generation_config(decode: DecodeConfig, cfg: ModelConfig):
+    """`generate`'s settings for the recipe's decoding: beam size, length penalty α, minimum length, and
+    decoding that starts from BOS and never emits PAD or BOS, as mtx's search.
+
+    Two of mtx's settings have no counterpart, so the nearest is written (and the model card says so):
+    `generate` divides a hypothesis' log-probability by |Y|^α (fairseq's penalty), so α is written as is
+    whether the recipe's penalty is that one or GNMT's ((5 + |Y|) / 6)^α; and it has no output limit relative
+    to the source's length (mtx's a · |X| + b), so the limit is the model's own: max_positions tokens after
+    the start token, the last of them a forced EOS.
+    """
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        num_beams=decode.beam, length_penalty=decode.lenpen, do_sample=False,
+        max_length=cfg.max_positions + 1, min_new_tokens=decode.min_len or None,
+        decoder_start_token_id=BOS, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
+        forced_eos_token_id=EOS, suppress_tokens=[PAD, BOS],
+    )
+
+
+def fast_tokenizer(tokenizer_json: str, max_positions: int):
+    """The exported tokenizer as a `transformers` fast tokenizer with mtx's special tokens, giving the inputs a
+    MarianMT model takes (no token type ids, which `generate` refuses)."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=exported_tokenizer(tokenizer_json), pad_token=SPECIAL_TOKENS[PAD],
+        bos_token=SPECIAL_TOKENS[BOS], eos_token=SPECIAL_TOKENS[EOS], unk_token=SPECIAL_TOKENS[UNK],
+        split_special_tokens=True, model_max_length=max_positions, model_input_names=["input_ids", "attention_mask"],
+    )
+
+
+def save_hf_folder(model: Transformer, tokenizer_json: str, decode: DecodeConfig, folder: Path) -> None:
+    """Write the model, tokenizer and generation settings into `folder` (safetensors weights)."""
+    marian = marian_from_mtx(model).eval()
+    marian.generation_config = generation_config(decode, model.cfg)
+    marian.save_pretrained(folder, safe_serialization=True)
+    fast_tokenizer(tokenizer_json, model.cfg.max_positions).save_pretrained(folder)
+
+
+def hf_usage(folder: Path) -> str:
+    """The lines that translate with the exported folder, for its model card."""
+    return f'''from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+model = AutoModelForSeq2SeqLM.from_pretrained("{folder}")
+tokenizer = AutoTokenizer.from_pretrained("{folder}")
+batch = tokenizer(["The old friends tidy up his kitchen."], return_tensors="pt", padding=True)
+print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
+
+# or, with transformers 4 (version 5 removed the translation pipeline):
+print(pipeline("translation", model="{folder}")("The old friends tidy up his kitchen."))'''
+
+
+def hf_notes(decode: DecodeConfig) -> list[str]:
+    """Where `generate` with generation_config.json decodes differently from `mtx translate`."""
+    penalty = ("the recipe's fairseq-style length penalty |Y|^α, as mtx's" if decode.lenpen_style == "fairseq" else
+               "|Y|^α, where mtx's recipe divides by GNMT's ((5 + |Y|) / 6)^α, which generate cannot state: beam "
+               "search may rank hypotheses of different lengths differently")
+    return [
+        f"generation_config.json: beam {decode.beam}, α = {decode.lenpen} applied as {penalty}.",
+        f"mtx limits a translation of a source of n tokens to {decode.max_len_a} · n + {decode.max_len_b} tokens; "
+        "generate has no limit relative to the source, so max_length is the model's own (max_positions tokens "
+        "and the start token), the last a forced </s>.",
+        "The tokenizer normalises text as mtx does (NFC, no control characters, single spaces) and appends </s> "
+        "to each source; greedy decoding gives mtx's own tokens.",
+    ]

@@ -1,0 +1,112 @@
+"""The README.md of an exported folder: what the model is, what it was trained on, how good it was, how to use it.
+
+A checkpoint holds the model's config and the run's recipe; the data manifest's counts and the validation
+BLEU live in the run folder (data/manifest.json, metrics.jsonl), which is found next to the checkpoint:
+RUN/checkpoints/step_N.pt, or RUN/average.pt where `make demo` writes it. A folder whose manifest names
+another tokenizer is not this model's run and is not used. What cannot be found is said, not guessed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mtx import __version__
+
+
+def run_folder(checkpoint_path: Path, tokenizer_json: str) -> Path | None:
+    """The run folder of the checkpoint, if one next to it has a data manifest of the same tokenizer."""
+    digest = hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest()
+    for folder in (checkpoint_path.parent, checkpoint_path.parent.parent):
+        manifest = folder / "data" / "manifest.json"
+        if manifest.is_file() and json.loads(manifest.read_text(encoding="utf-8")).get("tokenizer_sha256") == digest:
+            return folder
+    return None
+
+
+def best_validation(run: Path | None, checkpoint: dict[str, Any]) -> tuple[float, int | None] | None:
+    """(the best validation BLEU, the step it was reached at): from the run's metrics.jsonl, else from the
+    trainer's progress a training checkpoint carries (no step then); None if neither has one."""
+    metrics = None if run is None else run / "metrics.jsonl"
+    if metrics is not None and metrics.is_file():
+        records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+        valid = [r for r in records if r.get("event") == "valid" and r.get("valid_bleu") is not None]
+        if valid:
+            best = max(valid, key=lambda r: r["valid_bleu"])
+            return float(best["valid_bleu"]), best.get("step")
+    progress = checkpoint.get("train_state", {}).get("progress", {})
+    return (float(progress["best_bleu"]), None) if progress.get("best_bleu") is not None else None
+
+
+def model_card(checkpoint_path: Path, checkpoint: dict[str, Any], target: str, usage: str, notes: list[str]) -> str:
+    """The card as Markdown; `target` names the format, `usage` is the code that translates with the folder,
+    `notes` say where the export's decoding differs from mtx's."""
+    recipe = checkpoint["recipe"]
+    data, cfg = recipe["data"], checkpoint["model_config"]
+    run = run_folder(checkpoint_path, checkpoint["tokenizer"])
+    averaged = checkpoint.get("averaged_from")
+    origin = f" (the average of {len(averaged)} checkpoints)" if averaged else ""
+    lines = [
+        f"# {recipe['name']}: {data['src_lang']} → {data['tgt_lang']} translation (mtx, {target})",
+        "",
+        f"A Transformer trained with mtx and exported by `mtx export` (mtx {__version__}) from "
+        f"`{checkpoint_path.name}`, at step {checkpoint['step']:,}{origin}.",
+        "",
+        "## Use",
+        "",
+        "```python",
+        usage.strip(),
+        "```",
+        "",
+        *[f"- {note}" for note in notes],
+        "",
+        "## Model",
+        "",
+        f"{cfg['layers_enc']} encoder and {cfg['layers_dec']} decoder layers, d_model {cfg['d_model']}, "
+        f"{cfg['heads']} heads, d_ff {cfg['d_ff']}, {cfg['norm']}-norm, "
+        f"{'shared' if cfg['share_embeddings'] else 'separate'} source and target embeddings (the output "
+        f"projection is the target embedding), {checkpoint['vocab_size']:,} byte-level BPE tokens, sources and "
+        f"translations up to {cfg['max_positions']:,} tokens.",
+        "",
+        *_data_section(run),
+        *_validation_section(run, checkpoint),
+        "## Recipe",
+        "",
+        "```yaml",
+        yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True, default_flow_style=None).strip(),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _data_section(run: Path | None) -> list[str]:
+    if run is None:
+        return ["## Data", "", "The run's data manifest was not found next to the checkpoint.", ""]
+    manifest = json.loads((run / "data" / "manifest.json").read_text(encoding="utf-8"))
+    rows = [f"| {name} | {split['pairs']:,} | {split['src_tokens']:,} | {split['tgt_tokens']:,} |"
+            for name, split in manifest["splits"].items()]
+    kept = manifest.get("filter", {})
+    cleaning = (f"Training pairs read: {kept['read']:,}, kept after cleaning: {kept['kept']:,}. "
+                if "read" in kept and "kept" in kept else "")
+    return ["## Data", "", f"Source: {manifest['source'].get('kind', 'unknown')}. {cleaning}"
+            f"From the run's data manifest (`{run / 'data' / 'manifest.json'}`):", "",
+            "| split | pairs | source tokens | target tokens |", "|---|---:|---:|---:|", *rows, ""]
+
+
+def _validation_section(run: Path | None, checkpoint: dict[str, Any]) -> list[str]:
+    best = best_validation(run, checkpoint)
+    if best is None:
+        return ["## Validation", "", "No validation BLEU was found (no metrics.jsonl next to the checkpoint).", ""]
+    bleu, step = best
+    train = checkpoint["recipe"].get("train", {})
+    search = "greedy" if train.get("valid_beam", 1) == 1 else f"beam {train['valid_beam']}"
+    subset = train.get("valid_max_sentences")
+    sentences = f"the first {subset:,} validation sentences" if subset else "the validation set"
+    at = f" at step {step:,}" if step is not None else ""
+    return ["## Validation", "", f"Best validation BLEU during training: **{bleu:.2f}**{at} (sacreBLEU, "
+            f"{search} decoding of {sentences}).", ""]
