@@ -85,14 +85,14 @@ def encode(model: Transformer, src: Tensor, allowed: Tensor | None, weights: lis
     return model.encoder_norm(x)
 
 
-def decode(model: Transformer, memory: Tensor, memory_allowed: Tensor | None, tgt_in: Tensor, layers: int,
+def decode(model: Transformer, memory: Tensor, memory_allowed: Tensor | None, tgt_in: Tensor,
            decoder: list[Tensor], cross: list[Tensor]) -> Tensor:
-    """The teacher-forced decoder of `Transformer.forward` up to the output of decoder layer `layers` - 1,
-    each layer's weights appended to `decoder` and `cross`."""
+    """The teacher-forced decoder of `Transformer.forward` before its final LayerNorm, each layer's weights
+    appended to `decoder` and `cross`."""
     model.check_length(tgt_in.shape[1], "target")
     causal = torch.ones(tgt_in.shape[1], tgt_in.shape[1], dtype=torch.bool, device=tgt_in.device).tril()
     y = model.embed(model.tgt_embed, tgt_in)
-    for layer in model.decoder_layers[:layers]:
+    for layer in model.decoder_layers:
         y = decoder_layer(layer, y, memory, causal, memory_allowed, decoder, cross)
     return y
 
@@ -112,7 +112,7 @@ def attention_maps(model: Transformer, src: Tensor, src_pad: Tensor | None, tgt_
     decoder: list[Tensor] = []
     cross: list[Tensor] = []
     memory = encode(model, src, allowed, encoder)
-    states = model.decoder_norm(decode(model, memory, allowed, tgt_in, len(model.decoder_layers), decoder, cross))
+    states = model.decoder_norm(decode(model, memory, allowed, tgt_in, decoder, cross))
     outputs = model.output_logits(states) if project else states
     return AttentionMaps(torch.stack(encoder, dim=1), torch.stack(decoder, dim=1), torch.stack(cross, dim=1),
                          outputs)
@@ -123,9 +123,20 @@ def cross_attention(model: Transformer, memory: Tensor, src_pad: Tensor | None, 
                     layer: int) -> Tensor:
     """The (B, H, T, S) cross-attention weights of decoder layer `layer` (0-based) alone, for the encoder
     output `memory` (B, S, D) of sources padded as `src_pad` and the target inputs `tgt_in` (B, T): what
-    aligning the hypotheses of a search needs, which has encoded their sources already. No decoder layer
-    above `layer` is computed."""
+    aligning the hypotheses of a search needs, which has encoded their sources already.
+
+    Only what the weights depend on is computed, so that aligning costs translation little: the layers below
+    run on the model's own fast path (their weights are not wanted), then `layer`'s self-attention, and its
+    cross-attention on the explicit path; its feed-forward block and the layers above are left out."""
     check_eval_mode(model)
-    cross: list[Tensor] = []
-    decode(model, memory, key_padding_mask(src_pad), tgt_in, layer + 1, [], cross)
-    return cross[layer]
+    model.check_length(tgt_in.shape[1], "target")
+    y = model.embed(model.tgt_embed, tgt_in)
+    for below in model.decoder_layers[:layer]:
+        y = below(y, memory, src_pad)
+    chosen = model.decoder_layers[layer]
+    own, cross = chosen.self_attn, chosen.cross_attn
+    y = chosen.self_residual(y, lambda h: own.forward_self(h, causal=True))
+    weights: list[Tensor] = []
+    chosen.cross_residual(y, lambda h: attend_keeping_weights(
+        cross, cross.split_heads(cross.q_proj(h)), *cross.project_kv(memory), key_padding_mask(src_pad), weights))
+    return weights[0]
