@@ -84,10 +84,13 @@ def significant(x: float) -> float:
 
 
 def time_interleaved(runs: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1,
-                     device: torch.device = torch.device("cpu")) -> dict[str, list[float]]:
+                     device: torch.device = torch.device("cpu"),
+                     clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
     """Seconds per call of each function: `warmup` untimed calls each, then `repeats` rounds of one call each.
 
     The rounds interleave the functions (a, b, a, b, ...) so slow drifts in machine load affect all alike.
+    `clock` is wall-clock time; `time.process_time` counts the CPU time of the process's threads instead,
+    which other programs on a shared machine do not inflate as they inflate the wall-clock time.
     """
     for fn in runs.values():
         for _ in range(warmup):
@@ -96,10 +99,10 @@ def time_interleaved(runs: dict[str, Callable[[], Any]], repeats: int, warmup: i
     for _ in range(repeats):
         for name, fn in runs.items():
             synchronize(device)
-            start = time.perf_counter()
+            start = clock()
             fn()
             synchronize(device)
-            seconds[name].append(time.perf_counter() - start)
+            seconds[name].append(clock() - start)
     return seconds
 
 

@@ -229,6 +229,8 @@ class TrainConfig:
     valid_max_sentences: int | None = None  # decode only the first N valid sentences for BLEU
     patience: int | None = None  # validations without a better valid BLEU before stopping
     log_every: int = 100
+    bleu_milestones: list[float] = field(default_factory=list)  # valid BLEU levels: when each was first reached
+    tensorboard: bool = False  # also write TensorBoard event files, to runs/<name>/tensorboard/ (mtx[tensorboard])
     dist_timeout: str = "30m"  # how long ranks wait for one another (e.g. for rank 0's checkpoint write)
 
     def validate(self, key: str) -> None:
@@ -248,6 +250,9 @@ class TrainConfig:
         for name in ("max_epochs", "patience", "valid_max_sentences"):
             value = getattr(self, name)
             _check(value is None or value >= 1, f"{key}.{name}", value, "must be at least 1 (or null)")
+        levels = self.bleu_milestones
+        _check(all(0 < level <= 100 for level in levels) and levels == sorted(set(levels)), f"{key}.bleu_milestones",
+               levels, "must be BLEU levels in (0, 100], ascending without repeats, e.g. [20, 25, 27]")
         if self.max_time is not None:
             parse_duration(self.max_time, f"{key}.max_time")
         _check(parse_duration(self.dist_timeout, f"{key}.dist_timeout") > 0, f"{key}.dist_timeout",

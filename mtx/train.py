@@ -7,16 +7,17 @@ update_freq 1. Then unscale (fp16), clip, Adam step at the scheduled learning ra
 grad scaler skips (inf/NaN gradients) is not an update: the step and the schedule wait for the next one.
 
 Everything a resumed run needs is the model, the optimizer, the grad scaler, `TrainState` — the step, the
-position inside the epoch, the best score, the clock — and the open loss window of the log (mtx.keeper saves
-them). The batch order is a pure function of (seed, epoch) and dropout is reseeded at every update from
-(seed, step, rank), so no RNG state has to be carried over: a run stopped and resumed draws the very same
-batches and dropout masks as a run that never stopped.
+position inside the epoch, the best score, the clock, the tokens trained on, the BLEU milestones reached
+(mtx.milestones) — and the open loss window of the log (mtx.keeper saves them). The batch order is a pure
+function of (seed, epoch) and dropout is reseeded at every update from (seed, step, rank), so no RNG state has
+to be carried over: a run stopped and resumed draws the very same batches and dropout masks as a run that
+never stopped.
 
 The loop checks its budgets (max_steps, max_epochs, max_time, patience) and the stop signals between updates,
 the ranks agreeing through the same all-reduce (on the host) that sums the update's token count; a signal also
 cuts a validation short (mtx.validation). On stopping it writes the checkpoint of that step first and returns,
 and running the same command again resumes. While the GPU computes an update, a background thread collates the
-next. What the run reports goes to metrics.jsonl and stderr (mtx.metrics_log).
+next. What the run reports goes to metrics.jsonl, stderr and TensorBoard (mtx.metrics_log).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ from mtx.errors import MtxError, is_out_of_memory
 from mtx.keeper import CheckpointKeeper
 from mtx.loss import batch_loss
 from mtx.metrics_log import MetricsLog
+from mtx.milestones import describe_milestones, milestones_reached
 from mtx.model import Transformer, count_parameters_for
 from mtx.runlock import RunLock
 from mtx.tokenizer import Tokenizer
@@ -68,6 +70,8 @@ class TrainState:
     best_bleu: float | None = None
     bad_validations: int = 0  # validations since best_bleu last improved
     skipped_steps: int = 0  # fp16 updates dropped by the grad scaler for inf/NaN gradients (not in `step`)
+    tokens: int = 0  # target tokens of all updates so far, all ranks' (skipped ones too: the data moved on)
+    milestones: list[dict[str, Any]] = field(default_factory=list)  # the milestone lines of levels reached
 
     @classmethod
     def from_progress(cls, progress: dict[str, Any]) -> TrainState:
@@ -151,7 +155,7 @@ class Trainer:
 
     def __init__(self, recipe: Recipe, ctx: distributed.Context, restart: bool = False) -> None:
         self.recipe, self.cfg, self.ctx = recipe, recipe.train, ctx
-        self.log = MetricsLog(recipe.run_path / "metrics.jsonl", ctx)
+        self.log = MetricsLog(recipe.run_path / "metrics.jsonl", ctx, self.cfg.tensorboard)  # TensorBoard checked here
         data_dir = recipe.run_path / "data"
         manifest = load_manifest(data_dir)
         check_data_matches_recipe(recipe, manifest, data_dir)
@@ -205,7 +209,7 @@ class Trainer:
             self.log.say(f"Nothing to do: {reason.describe(self.cfg)} at step {self.state.step}. Raise it to train "
                          "longer, or pass --restart to start over.")
             return self.state
-        with self.signals, self.log.progress_bar(total=self.cfg.max_steps, completed=self.state.step):
+        with self.signals, self.log.session(total=self.cfg.max_steps, completed=self.state.step):
             while True:
                 for update, batches in self._collated_updates():
                     n_tokens, stop, save_due = self._agree(batches)
@@ -214,7 +218,7 @@ class Trainer:
                     if save_due:
                         self._save()
                     stepped = self._train_update(batches, n_tokens)
-                    self.state.update_in_epoch = update + 1
+                    self.state.update_in_epoch, self.state.tokens = update + 1, self.state.tokens + int(n_tokens)
                     if (stop := self._after_update(stepped)) is not None:
                         return self._finish(stop)
                 self.state.epoch += 1
@@ -297,7 +301,8 @@ class Trainer:
         if stepped:
             self.log.show_step(state.step)
             if state.step % self.cfg.log_every == 0:
-                self.log.log_train(state.step, state.epoch, self.last_lr, self.last_grad_norm, state.skipped_steps)
+                self.log.log_train(state.step, state.epoch, self.last_lr, self.last_grad_norm, state.skipped_steps,
+                                   state.train_seconds)
             validate = self.validator is not None and state.step % self.cfg.validate_every == 0
             if validate and (interrupted := self._validate()) is not None:
                 return interrupted
@@ -307,8 +312,9 @@ class Trainer:
         return reason
 
     def _validate(self) -> StopReason | None:
-        """Valid loss and BLEU, logged; best.pt and patience follow the BLEU. A stop signal interrupts it: then
-        nothing is recorded and the loop stops, so that the stop does not wait for decoding."""
+        """Valid loss and BLEU, logged, with the milestones they reach; best.pt and patience follow the BLEU. A
+        stop signal interrupts it: then nothing is recorded and the loop stops, so that the stop does not wait
+        for decoding."""
         scores = self.validator.run()
         if scores is None:
             return StopReason.SIGNAL
@@ -318,8 +324,13 @@ class Trainer:
             self.keeper.save_best(state.step)
         else:
             state.bad_validations += 1
-        self.log.record({"event": "valid", "step": state.step, "valid_loss": loss, "valid_nll": nll,
-                         "valid_ppl": math.exp(min(nll, 100.0)), "valid_bleu": bleu, "best_bleu": state.best_bleu})
+        valid = {"event": "valid", "step": state.step, "valid_loss": loss, "valid_nll": nll,
+                 "valid_ppl": math.exp(min(nll, 100.0)), "valid_bleu": bleu, "best_bleu": state.best_bleu,
+                 "tokens": state.tokens, **self.log.timing(self._elapsed())}
+        self.log.record(valid)
+        for milestone in milestones_reached(self.cfg.bleu_milestones, state.milestones, valid):
+            state.milestones.append(milestone)
+            self.log.record(milestone)
         return None
 
     def _save(self) -> None:
@@ -355,6 +366,8 @@ class Trainer:
             hint = "To train on, raise that budget and run the same command again: it resumes from here."
         self.log.say(f"Training stopped at step {self.state.step}: {why}. Checkpoint: "
                      f"{self.keeper.directory / 'last.pt'}. {hint}")
+        for line in describe_milestones(self.cfg.bleu_milestones, self.state.milestones, self.state.best_bleu):
+            self.log.say(line)
         distributed.barrier()
         return self.state
 

@@ -67,9 +67,10 @@ def test_two_processes_equal_one_with_update_freq_two(tmp_path: Path) -> None:
     single_log, multi_log = logged(one), logged(two)
     assert [(e["event"], e["step"]) for e in multi_log] == [(e["event"], e["step"]) for e in single_log]
     for a, b in zip(multi_log, single_log, strict=True):
-        for key in ("loss", "nll", "grad_norm", "valid_loss", "valid_bleu"):
+        for key in ("loss", "nll", "grad_norm", "valid_loss", "valid_bleu", "tokens"):
             if key in b:
                 assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+        assert (a["gpu_seconds"], b["gpu_seconds"]) == (2 * a["seconds"], b["seconds"])  # processes × seconds
 
 
 def run_ranks(worker, *args: object) -> None:

@@ -38,10 +38,13 @@ def run_files(path: Path) -> tuple[Path, Path]:
     return run / "checkpoints", run / "metrics.jsonl"
 
 
+TIMING = ("tokens_per_s", "seconds", "gpu_seconds", "gpu_hours")  # the fields that depend on the wall clock
+
+
 def events(metrics: Path, kind: str) -> list[dict]:
-    """Logged events of one kind, without the wall-clock rate (the one field that depends on timing)."""
+    """Logged events of one kind, without the fields that depend on timing: a resumed run logs the rest alike."""
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    return [{k: v for k, v in row.items() if k not in ("event", "tokens_per_s")} for row in rows
+    return [{k: v for k, v in row.items() if k != "event" and k not in TIMING} for row in rows
             if row["event"] == kind]
 
 
@@ -524,7 +527,7 @@ def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, 
     assert [(e["step"], e["valid_bleu"], e["best_bleu"]) for e in events(metrics, "valid")] == [
         (2, 10.0, 10.0), (4, 20.0, 20.0), (6, 15.0, 20.0), (8, 20.0, 20.0), (10, 12.0, 20.0)]
     for event in events(metrics, "valid"):
-        assert sorted(event) == ["best_bleu", "step", "valid_bleu", "valid_loss", "valid_nll", "valid_ppl"]
+        assert sorted(event) == ["best_bleu", "step", "tokens", "valid_bleu", "valid_loss", "valid_nll", "valid_ppl"]
         assert event["valid_ppl"] == pytest.approx(math.exp(event["valid_nll"]))
         assert event["valid_loss"] > event["valid_nll"] > 0  # label smoothing adds to the nll
     best = load_checkpoint(checkpoints / "best.pt")
