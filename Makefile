@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 DEMO   := runs/demo
 
-.PHONY: install install-export test test-fast test-slow lint coverage mutants demo bench gpu-check clean
+.PHONY: install install-extras test test-fast test-slow lint coverage mutants demo bench gpu-check clean
 
 install: $(STAMP)
 
@@ -19,9 +19,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The optional extra `mtx export` needs (transformers, safetensors, ctranslate2), with torch kept at its pin.
-install-export: install
-	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,export]'
+# Every optional extra, with torch kept at its pin, so that no test of them skips: export (transformers,
+# safetensors, ctranslate2 for `mtx export`), report (matplotlib for `mtx report -o`), tensorboard.
+install-extras: install
+	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,export,report,tensorboard]'
 
 # The whole suite: unit, integration (the CLI pipeline), distributed (gloo) and slow system tests.
 test: install
@@ -58,9 +59,17 @@ mutants: install
 		{ tail -c 2000 mutants.log; exit 1; }
 	$(BIN)/python .ci/mutation_summary.py $(MUTANTS)
 
-# The main job on the built-in demo corpus: prepare → train → average → translate → score. The BLEU gate, 89, is
-# the lowest test BLEU measured across machines and precisions (90.5; TESTING.md) less a margin of 1.5.
-demo: install
+# The extra that `mtx report -o` needs (matplotlib), for the demo's report page.
+REPORT_STAMP := $(VENV)/.report-installed
+
+$(REPORT_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,report]'
+	touch $(REPORT_STAMP)
+
+# The main job on the built-in demo corpus: prepare → train → average → translate → score, then the run's report
+# page. The BLEU gate, 89, is the lowest test BLEU measured across machines and precisions (90.5; TESTING.md) less
+# a margin of 1.5.
+demo: install $(REPORT_STAMP)
 	$(BIN)/mtx prepare recipes/demo.yaml
 	$(BIN)/mtx train recipes/demo.yaml
 	$(BIN)/mtx average --dir $(DEMO)/checkpoints --last 5 -o $(DEMO)/average.pt
@@ -71,6 +80,8 @@ demo: install
 	$(BIN)/mtx score -r $(DEMO)/data/test.de -i $(DEMO)/test.hyp --metrics bleu,chrf --json > $(DEMO)/score.json.tmp
 	mv $(DEMO)/score.json.tmp $(DEMO)/score.json
 	$(BIN)/mtx score -r $(DEMO)/data/test.de -i $(DEMO)/test.hyp --metrics bleu,chrf --min-bleu 89
+	$(BIN)/mtx report $(DEMO) -o $(DEMO)/report.html
+	@echo "Open $(DEMO)/report.html in a browser; \`mtx report $(DEMO)\` prints the summary in the terminal."
 
 bench: install
 	bash bench/setup_env.sh

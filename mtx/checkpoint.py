@@ -68,13 +68,14 @@ def _on_cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: moved[aliases.get(name, name)] for name in state}
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load and sanity-check a checkpoint on the CPU; a missing or corrupt file is a user error."""
+def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
+    """Load and sanity-check a checkpoint on the CPU; a missing or corrupt file is a user error. `mmap` maps
+    the tensors from the file rather than reading them, for a caller that looks only at the metadata."""
     path = Path(path)
     if not path.is_file():
         raise MtxError(f"Checkpoint {path} does not exist: pass a file written by `mtx train` or `mtx average`.")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:
         raise MtxError(
             f"Checkpoint {path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]}): "

@@ -352,6 +352,37 @@ def inspect(
                        as_json=json_, console=Console(highlight=False))
 
 
+@app.command()
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="Run folders (runs/<name>), one or more to compare.",
+                                               metavar="RUN_DIR", show_default=False)],
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", metavar="REPORT.html", help="Write one self-contained HTML page (needs mtx[report]) "
+        "instead of printing the summary.")] = None,
+    bleu_milestones: Annotated[str | None, typer.Option(
+        "--bleu-milestones", metavar="LIST", help="Comma-separated BLEU levels to give the time to, e.g. 20,25,27. "
+        "[default: the levels of the runs' train.bleu_milestones]")] = None,
+) -> None:
+    """Show how training runs went: learning curves, time to BLEU, data counts, model size, recipes, score cards.
+
+    In the terminal: a summary per run (steps, training time, best valid BLEU, final losses, tokens/s,
+    parameters), sparklines of valid BLEU and train loss, and when BLEU reached each level. With -o: one
+    HTML page that needs no network, with the train and valid loss, valid BLEU and learning rate against
+    steps and training time (several runs overlaid), the data manifest's counts and each filter's drops, the
+    recipe keys that differ between the runs, and the score cards of any score*.json in the run folders.
+
+    Example: mtx report runs/demo -o runs/demo/report.html
+
+    Example: mtx report runs/base runs/big --bleu-milestones 25,27
+    """
+    from rich.console import Console
+
+    from mtx.report import parse_levels, report_runs
+
+    levels = None if bleu_milestones is None else parse_levels(bleu_milestones)
+    report_runs(runs, output, levels, Console(highlight=False))
+
+
 def main() -> None:
     """Entry point: Typer handles usage errors (exit 2); an MtxError, or running out of memory, becomes a
     clean message and exit 1."""

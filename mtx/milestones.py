@@ -37,13 +37,14 @@ def describe_milestones(levels: list[float], recorded: list[dict[str, Any]], bes
             lines.append(f"BLEU {level:g} not reached ({best})")
         else:
             lines.append(f"BLEU {level:g} reached at step {milestone['step']:,}, after "
-                         f"{_duration(milestone['seconds'])} ({_hours(milestone['gpu_hours'])} GPU-hours, "
+                         f"{format_duration(milestone['seconds'])} ({format_gpu_hours(milestone['gpu_seconds'])} "
+                         f"GPU-hours, "
                          f"{milestone['tokens']:,} target tokens)")
     return lines
 
 
-def _duration(seconds: float) -> str:
-    """3 h 05 min, 12 min 30 s, 41 s: as precise as a reader of a run's summary needs."""
+def format_duration(seconds: float) -> str:
+    """3 h 05 min, 12 min 30 s, 41 s: as precise as a reader of a run's summary, or one comparing runs, needs."""
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     if hours:
@@ -51,8 +52,9 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def _hours(hours: float) -> str:
-    """GPU-hours to two decimals, one from 10 on; a tiny run's few seconds read as under 0.01."""
+def format_gpu_hours(gpu_seconds: float) -> str:
+    """GPU-seconds as GPU-hours, to two decimals, one from 10 on; a tiny run's few seconds read as under 0.01."""
+    hours = gpu_seconds / SECONDS_PER_HOUR
     if hours < 0.01:
         return "< 0.01"
     return f"{hours:,.1f}" if hours >= 10 else f"{hours:.2f}"

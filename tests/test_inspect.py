@@ -9,15 +9,12 @@ import json
 import math
 import random
 import re
-import shutil
-import struct
-import subprocess
-import zlib
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 import torch
+from browser import CHROMIUM, chromium, png_pixels
 from rich.cells import cell_len
 from rich.console import Console
 from test_translate import sentences, train_copy_model
@@ -31,9 +28,6 @@ from mtx.errors import MtxError
 from mtx.head_stats import head_statistics, is_punctuation
 from mtx.inspection import CONTINUATION, Inspection, View, inspect_sentence, readable_labels, select_views
 from mtx.tokenizer import EOS, Tokenizer
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
 
 # ------------------------------------------------------------------------------ statistics on hand-made maps
 
@@ -376,12 +370,6 @@ def test_page_shows_markup_in_the_sentence_as_text(trained: dict, tmp_path: Path
 # ------------------------------------------------------------------------------------------ headless browser
 
 
-def chromium(*args: str, folder: Path) -> subprocess.CompletedProcess:
-    command = [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={folder / 'profile'}",
-               "--hide-scrollbars", "--force-device-scale-factor=1", "--virtual-time-budget=5000", *args]
-    return subprocess.run(command, capture_output=True, timeout=120, check=True)
-
-
 def drawn_cells(dom: str) -> list[tuple[int, int, int] | None]:
     """The heatmap's cells in the dumped DOM, in order: each weight cell's background, None for a masked one."""
     cells = []
@@ -409,38 +397,6 @@ def test_browser_draws_the_grid_the_data_says(trained: dict, tmp_path: Path) -> 
         brightness = [b for _, b in sorted(drawn)]
         assert brightness == sorted(brightness, reverse=True) and brightness[0] > brightness[-1]
         assert dom.count('class="column"') == n and dom.count('class="row"') == n
-
-
-def png_pixels(png: bytes) -> tuple[int, int, list[bytes]]:
-    """(width, height, rows of RGB(A) bytes) of an 8-bit RGB or RGBA PNG, unfiltered (PNG spec §9)."""
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    position, chunks, header = 8, [], b""
-    while position < len(png):
-        length, kind = struct.unpack(">I4s", png[position:position + 8])
-        body = png[position + 8:position + 8 + length]
-        header = body if kind == b"IHDR" else header
-        chunks += [body] if kind == b"IDAT" else []
-        position += 12 + length
-    width, height, depth, color = struct.unpack(">IIBB", header[:10])
-    assert depth == 8 and color in (2, 6)
-    step = 3 if color == 2 else 4
-    raw, rows, previous = zlib.decompress(b"".join(chunks)), [], bytes(width * step)
-    for y in range(height):
-        line = raw[y * (width * step + 1):(y + 1) * (width * step + 1)]
-        kind, data, out = line[0], line[1:], bytearray(width * step)
-        for i, value in enumerate(data):
-            left = out[i - step] if i >= step else 0
-            up, corner = previous[i], previous[i - step] if i >= step else 0
-            if kind == 4:
-                p = left + up - corner
-                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
-                value += left if pa <= pb and pa <= pc else up if pb <= pc else corner
-            else:
-                value += (0, left, up, (left + up) // 2)[kind]
-            out[i] = value & 0xFF
-        rows.append(bytes(out))
-        previous = out
-    return width, height, rows
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium or chromium-browser binary")
