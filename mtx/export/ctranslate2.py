@@ -6,12 +6,23 @@ intermediate model: mtx's packed Q/K/V and K/V matrices are CTranslate2's fused 
 sinusoidal table is mtx's own (interleaved sines and cosines), stored in the model rather than recomputed;
 the output projection is the target embedding; decoding starts from BOS, as mtx's does. Quantization
 (`QUANTIZATIONS`) happens while saving; any saved model can also be quantized when loaded (`compute_type`).
+
+An int8 export stores each weight row as integers within ±`INT8_WEIGHT_LEVELS` rather than CTranslate2's ±127.
+On CPUs without VNNI (AVX2, and AVX-512 before it), CTranslate2's int8 products run through oneDNN's u8/s8
+GEMM: activations shifted to unsigned bytes (0…255) times signed weight bytes, with adjacent products summed in
+16 bits (vpmaddubsw), which saturates when two large products meet; oneDNN's "Nuances of int8 Computations"
+describes this and the remedy, weights with one bit less. Within ±64 no such sum overflows (2 · 255 · 64 =
+32640 ≤ 32767) on any CPU, for one bit of weight precision. CTranslate2 keeps saved int8 weights as they are
+when a model is loaded with an int8 compute type, but quantizes float32 ones to its own ±127 rows, so every
+weight that takes part in a product is saved already quantized: the embedding matrix too, which the output
+projection shares.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from torch import Tensor, nn
 
 from mtx.config import DecodeConfig
@@ -20,6 +31,8 @@ from mtx.model import Transformer
 from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, UNK
 
 QUANTIZATIONS = ("int8", "int8_float16", "float16", "bfloat16")
+INT8_QUANTIZATIONS = ("int8", "int8_float16")
+INT8_WEIGHT_LEVELS = 64  # the widest int8 weights whose products cannot saturate oneDNN's u8/s8 GEMM
 LAYER_NORM_EPS = 1e-5  # mtx's LayerNorm keeps torch's default epsilon
 
 
@@ -69,10 +82,53 @@ def convert_to_ctranslate2(model: Transformer, tokens: list[str], folder: str | 
     quantized to `quantization` (None: float32); returns the folder's path."""
     spec = ctranslate2_spec(model, tokens)
     spec.validate()
+    weights = quantizable_weights(spec)
     spec.optimize(quantization=quantization)
+    if quantization in INT8_QUANTIZATIONS:
+        narrow_int8_weights(spec, weights)
     Path(folder).mkdir(parents=True, exist_ok=True)
     spec.save(str(folder))
     return str(folder)
+
+
+def quantizable_weights(spec) -> dict[tuple[int, str], Tensor]:
+    """The float32 weights of `spec` that CTranslate2 quantizes (those with a `<name>_scale` beside them), by
+    (id of their layer spec, name): what `narrow_int8_weights` quantizes again after `optimize`."""
+    from ctranslate2.specs.model_spec import Variable, visit_spec
+
+    weights = {}
+
+    def collect(layer, scope: str, value) -> None:
+        name = scope.rsplit("/", 1)[-1]
+        if isinstance(value, Variable) and hasattr(layer, f"{name}_scale"):
+            weights[id(layer), name] = torch.from_numpy(value.numpy()).clone()  # optimize scales arrays in place
+
+    visit_spec(spec, collect)
+    return weights
+
+
+def narrow_int8_weights(spec, weights: dict[tuple[int, str], Tensor]) -> None:
+    """Quantize again, from `weights` (`quantizable_weights` before `optimize`), every weight of `spec` that
+    `optimize` made int8, row by row within ±INT8_WEIGHT_LEVELS (see the module's docstring). Aliases, such as
+    the output projection tied to the target embedding, follow the weight they name."""
+    from ctranslate2.specs.model_spec import NumpyVariable, Variable, visit_spec
+
+    def narrow(layer, scope: str, value) -> None:
+        name = scope.rsplit("/", 1)[-1]
+        if (id(layer), name) in weights and isinstance(value, Variable) and value.dtype == "int8":
+            quantized, scale = quantize_rows(weights[id(layer), name], INT8_WEIGHT_LEVELS)
+            setattr(layer, name, NumpyVariable(quantized.numpy()))
+            setattr(layer, f"{name}_scale", NumpyVariable(scale.numpy()))
+
+    visit_spec(spec, narrow)
+
+
+def quantize_rows(weight: Tensor, levels: int) -> tuple[Tensor, Tensor]:
+    """Symmetric int8 quantization of each row of `weight` to the integers within ±`levels`, with the scale
+    per row that CTranslate2 divides by (an all-zero row keeps the scale 1)."""
+    amax = weight.abs().amax(dim=1)
+    scale = torch.where(amax > 0, levels / amax, torch.ones_like(amax))
+    return torch.round(weight * scale[:, None]).to(torch.int8), scale.float()
 
 
 def _array(tensor: Tensor):
@@ -106,7 +162,7 @@ def ctranslate2_usage(folder: Path, decode: DecodeConfig) -> str:
     return f'''import ctranslate2
 from tokenizers import Tokenizer
 
-translator = ctranslate2.Translator("{folder}", device="cpu")  # compute_type="int8" quantizes when loading
+translator = ctranslate2.Translator("{folder}", device="cpu")  # in the saved precision
 tokenizer = Tokenizer.from_file("{folder}/tokenizer.json")
 tokenizer.encode_special_tokens = True  # "</s>" typed in a sentence is text, as in mtx
 sources = [tokenizer.encode(s).tokens for s in ["The old friends tidy up his kitchen."]]  # ends with </s>
@@ -126,4 +182,6 @@ def ctranslate2_notes(decode: DecodeConfig) -> list[str]:
         "CTranslate2's max_decoding_length is one limit for the batch (256 unless set).",
         "The tokenizer normalises text as mtx does (NFC, no control characters, single spaces) and appends </s> "
         "to each source; greedy decoding in float32 gives mtx's own tokens.",
+        "For int8, export with --quantization int8, which saves weights within ±64. compute_type=\"int8\" on a "
+        "float32 export quantizes them while loading to ±127, whose products CPUs without VNNI can saturate.",
     ]
