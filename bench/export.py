@@ -11,6 +11,10 @@ and the demo test set (runs/demo/data/test.en) is translated with beam 4 and the
 
 Sentences/s (median of the repeats, interleaved) and the BLEU of each against runs/demo/data/test.de; the
 issue's bar is int8 within 0.5 BLEU of mtx's own (fp32) translation.
+
+Before timing, the exports must decode as mtx does: greedy decoding of the whole test set by CTranslate2 float32
+and, where transformers is installed, by the `--to hf` export's `generate`, token for token against mtx's own
+greedy decoding (an `export.*.greedy_identical` line each: sentences identical, of all).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ def main() -> None:
     decode = DecodeConfig.of_checkpoint(checkpoint, beam=4)
     outputs: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory() as workdir:
+        check_greedy_tokens(args.model, model, tokenizer, sources, Path(workdir))
         systems = {
             "mtx.fp32": mtx_system(Translator(model, tokenizer, decode, 4096)),
             "mtx.int8": mtx_system(Translator(prepare_model(copy.deepcopy(model), torch.device("cpu"), "int8"),
@@ -70,6 +75,46 @@ def main() -> None:
     for name in ("mtx.int8", "ct2.fp32", "ct2.int8"):
         gap = bleu["mtx.fp32"] - bleu[name]
         emit_info(f"export.{name}.bleu_below_mtx_fp32", gap=gap, bar=BLEU_BAR, met=gap <= BLEU_BAR)
+
+
+def check_greedy_tokens(path: Path, model: torch.nn.Module, tokenizer, sources: list[str], workdir: Path) -> None:
+    """Greedy decoding of `sources` by each export, token for token against mtx's (EOS excluded)."""
+    import ctranslate2
+    from tokenizers import Tokenizer
+
+    greedy = DecodeConfig(beam=1, max_len_a=0.0, max_len_b=200)
+    expected = [list(nbest[0].tokens) if nbest else [] for nbest in Translator(model, tokenizer, greedy).translate(
+        sources)]
+    folder = workdir / "greedy.ct2"
+    export_checkpoint(path, "ctranslate2", folder)
+    exported = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    exported.encode_special_tokens = True
+    results = ctranslate2.Translator(str(folder), device="cpu").translate_batch(
+        [encoding.tokens for encoding in exported.encode_batch(sources)], beam_size=1, max_decoding_length=201,
+        suppress_sequences=[["<pad>"], ["<s>"]])
+    found = {"ct2.fp32": [[exported.token_to_id(t) for t in r.hypotheses[0]] for r in results]}
+    if not peers_missing("transformers", "safetensors"):
+        found["hf"] = hf_greedy(path, sources, workdir / "greedy.hf")
+    for name, tokens in found.items():
+        emit_info(f"export.{name}.greedy_identical", identical=sum(a == b for a, b in zip(tokens, expected,
+                                                                                        strict=True)),
+                  of=len(sources))
+
+
+def hf_greedy(path: Path, sources: list[str], folder: Path) -> list[list[int]]:
+    """The `--to hf` export's greedy tokens, as its model card's lines decode (start token and EOS dropped)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    export_checkpoint(path, "hf", folder)
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    outputs = []
+    for start in range(0, len(sources), 64):
+        batch = tokenizer(sources[start : start + 64], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            generated = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=201)
+        for row in generated.tolist():
+            outputs.append([t for t in row[1:] if t not in (tokenizer.eos_token_id, tokenizer.pad_token_id)])
+    return outputs
 
 
 def mtx_system(translator: Translator):
