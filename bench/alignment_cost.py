@@ -7,9 +7,10 @@ The sentences are the checkpoint's run's test set (runs/demo/data/test.en after 
 side, one thread each), with and without word alignments from the default alignment layer. Two models:
 
   trained       the checkpoint itself, whose translations end where the model ends them
-  <preset>      a model of the `--preset` shape (default `base`) with random weights and the checkpoint's
-                tokenizer, every output forced to `--tokens` tokens (min_len = max_len), so that the decoder's
-                share of the time is that of a full-size model; the first `--preset-sentences` sentences
+  <preset>      a model of the `--preset` shape (default `base`) with random weights and a joint BPE of
+                `--vocab` tokens (default 32,000, the paper's En-Fr size) learnt on synthetic news-like text
+                (bench/prepare.py's Zipf pseudo-words), `--preset-sentences` of its sentences, every output
+                forced to `--tokens` tokens (min_len = max_len): a full-size model's decoder and output layer
 
 The runs interleave (plain, aligned, plain, ...); each line gives the median CPU seconds per pass over the test
 set (the process's threads together: on a shared machine, other programs swing the wall-clock time of a
@@ -20,10 +21,12 @@ bar of 1.15.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
 from common import build_model, emit, emit_info, set_threads, time_interleaved
+from prepare import write_corpus
 
 from mtx.alignment import default_alignment_layer
 from mtx.checkpoint import load_model
@@ -58,7 +61,8 @@ def main() -> None:
     parser.add_argument("--preset", default="base")
     parser.add_argument("--tokens", type=int, default=30, help="output tokens per sentence of the preset model")
     parser.add_argument("--sentences", type=int, default=500)
-    parser.add_argument("--preset-sentences", type=int, default=100, help="the first N of them for --preset")
+    parser.add_argument("--preset-sentences", type=int, default=50, help="sentences for the --preset model")
+    parser.add_argument("--vocab", type=int, default=32000, help="BPE tokens of the --preset model")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
@@ -70,8 +74,18 @@ def main() -> None:
     sentences = test.read_text(encoding="utf-8").splitlines()[: args.sentences]
     measure("trained", model.eval(), tokenizer, DecodeConfig(beam=4), sentences, args)
     fixed = DecodeConfig(beam=4, max_len_a=0.0, max_len_b=args.tokens, min_len=args.tokens)
+    tokenizer, sentences = synthetic_tokenizer(args.vocab)
     measure(args.preset, build_model(args.preset, tokenizer.vocab_size).eval(), tokenizer, fixed,
             sentences[: args.preset_sentences], args)
+
+
+def synthetic_tokenizer(vocab: int) -> tuple[Tokenizer, list[str]]:
+    """A joint BPE of `vocab` tokens learnt on 100,000 synthetic pairs, and their source sentences."""
+    with tempfile.TemporaryDirectory() as folder:
+        source, target = write_corpus(Path(folder), 100_000)
+        sources = source.read_text(encoding="utf-8").splitlines()
+        tokenizer = Tokenizer.train([*sources, *target.read_text(encoding="utf-8").splitlines()], vocab)
+    return tokenizer, sources
 
 
 if __name__ == "__main__":
