@@ -18,7 +18,7 @@ import html
 import json
 from pathlib import Path
 
-from mtx.files import atomic_write
+from mtx.files import atomic_write_text
 from mtx.inspection import KINDS, TITLES, Inspection, View
 
 DECIMALS = 4  # of the weights in the page's data
@@ -227,4 +227,4 @@ over the query rows. Click a row to show its heatmap.</caption>
 def write_page(path: Path, inspection: Inspection) -> None:
     """The page, written atomically to `path`."""
     text = page(inspection)
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    atomic_write_text(path, text)

@@ -24,7 +24,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     try:
         # mkstemp creates 0600 files; give the result the mode any new file would get, so colleagues on a
         # shared cluster can read the run's checkpoints as the user's umask allows.
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -35,7 +35,13 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
         raise
 
 
-def _umask() -> int:
+def atomic_write_text(path: Path, text: str) -> None:
+    """`atomic_write` of a text, in UTF-8."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def current_umask() -> int:
+    """The process's umask, which only setting it reveals (it is set straight back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask

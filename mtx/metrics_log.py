@@ -30,7 +30,7 @@ from torch import Tensor
 
 from mtx import distributed
 from mtx.errors import MtxError
-from mtx.files import atomic_write
+from mtx.files import atomic_write_text
 from mtx.tensorboard_log import TensorBoardLog
 
 
@@ -148,7 +148,7 @@ class MetricsLog:
         lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
         kept = [line for line in lines if _event_step(line) <= step]
         if len(kept) != len(lines):
-            atomic_write(self.path, lambda f: f.write("".join(kept).encode("utf-8")))
+            atomic_write_text(self.path, "".join(kept))
 
 
 def _event_step(line: str) -> float:

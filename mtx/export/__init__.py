@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mtx.errors import MtxError
+from mtx.files import current_umask
 
 TARGETS = {"hf": ("transformers", "safetensors"), "ctranslate2": ("ctranslate2",)}  # target → modules it needs
 
@@ -92,7 +93,7 @@ def write_folder(folder: Path, fill: Callable[[Path], None], readme: str, force:
         fill(staging)
         (staging / "README.md").write_text(readme, encoding="utf-8")
         for path in (staging, *staging.iterdir()):  # mkdtemp's folder, like some writers' files, is private
-            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~_umask())
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~current_umask())
         check_destination(folder, force)  # again: another process may have written there meanwhile
         if folder.is_dir() and any(folder.iterdir()):
             folder.rename(replaced)
@@ -103,9 +104,3 @@ def write_folder(folder: Path, fill: Callable[[Path], None], readme: str, force:
             replaced.rename(folder)
         raise
     shutil.rmtree(replaced, ignore_errors=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

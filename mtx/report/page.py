@@ -18,7 +18,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from mtx.files import atomic_write
+from mtx.files import atomic_write_text
 from mtx.report.charts import Chart
 from mtx.report.run_folder import Run
 from mtx.report.summary import (
@@ -73,7 +73,7 @@ def page(runs: Sequence[Run], charts: Sequence[Chart], levels: Sequence[float]) 
 def write_page(path: Path, runs: Sequence[Run], charts: Sequence[Chart], levels: Sequence[float]) -> None:
     """The page, written atomically to `path`."""
     text = page(runs, charts, levels)
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    atomic_write_text(path, text)
 
 
 def table(table_id: str, headings: Sequence[str], rows: Sequence[Sequence[Any]],
