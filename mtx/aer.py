@@ -30,6 +30,7 @@ from torch import Tensor
 
 from mtx.alignment import Alignment, hard_alignments, word_attention, word_count
 from mtx.attention import attention_maps
+from mtx.batching import padded
 from mtx.errors import MtxError
 from mtx.model import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer, normalize_text
@@ -131,8 +132,8 @@ def reference_attention(model: Transformer, tokenizer: Tokenizer, pairs: Sequenc
         batch = pairs[start : start + batch_size]
         sources = [[*ids, EOS] for ids in tokenizer.encode_batch([normalize_text(s) for s, _ in batch])]
         targets = tokenizer.encode_batch([normalize_text(t) for _, t in batch])
-        src = _padded(sources)
-        maps = attention_maps(model, src, src == PAD, _padded([[BOS, *ids] for ids in targets]), project=False)
+        src = padded(sources)
+        maps = attention_maps(model, src, src == PAD, padded([[BOS, *ids] for ids in targets]), project=False)
         source_words = [tokenizer.word_of_each_token(ids) for ids in sources]
         target_words = [tokenizer.word_of_each_token(ids) for ids in targets]
         layers, heads = maps.cross.shape[1:3]
@@ -143,9 +144,6 @@ def reference_attention(model: Transformer, tokenizer: Tokenizer, pairs: Sequenc
             results.append(PairAttention(words, src_words, tgt_words))
     return results
 
-
-def _padded(rows: list[list[int]]) -> Tensor:
-    return torch.nn.utils.rnn.pad_sequence([torch.tensor(r) for r in rows], batch_first=True, padding_value=PAD)
 
 
 def diagonal(source_words: int, target_words: int) -> Alignment:

@@ -27,9 +27,10 @@ import torch
 from torch import Tensor
 
 from mtx.attention import cross_attention
+from mtx.batching import padded
 from mtx.model import DecoderState, Transformer
 from mtx.search import Hypothesis
-from mtx.tokenizer import BOS, PAD, Tokenizer
+from mtx.tokenizer import BOS, Tokenizer
 
 Alignment = list[tuple[int, int]]  # (source word, target word) links, in target word order
 
@@ -122,8 +123,7 @@ def align_hypotheses(model: Transformer, tokenizer: Tokenizer, sources: list[lis
     if not rows:
         return [[] for _ in nbests]
     sentence = torch.tensor([i for i, _ in rows], device=memory.device)
-    tgt_in = torch.nn.utils.rnn.pad_sequence([torch.tensor([BOS, *tokens]) for _, tokens in rows], batch_first=True,
-                                             padding_value=PAD).to(memory.device)
+    tgt_in = padded([[BOS, *tokens] for _, tokens in rows]).to(memory.device)
     weights = cross_attention(model, memory[sentence], src_pad[sentence], tgt_in, layer)
     attention = weights.mean(dim=1)  # heads averaged
     words_of_sources = [tokenizer.word_of_each_token(ids) for ids in sources]

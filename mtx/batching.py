@@ -179,6 +179,13 @@ class Batch:
         return self._map(Tensor.pin_memory)
 
 
+def padded(rows: Sequence[Sequence[int]]) -> Tensor:
+    """Rows of token ids as one (rows, longest) batch, right-padded with PAD: how the decoding paths, which
+    build their inputs from lists, lay them out as training's `collate` does."""
+    return torch.nn.utils.rnn.pad_sequence([torch.tensor(row, dtype=torch.long) for row in rows], batch_first=True,
+                                           padding_value=PAD)
+
+
 def collate(split: PairSource, indices: Sequence[int]) -> Batch:
     sources = [split.src(int(i)) for i in indices]
     targets = [split.tgt(int(i)) for i in indices]

@@ -30,7 +30,7 @@ from typing import Literal, NamedTuple
 import torch
 
 from mtx.alignment import Alignment, RememberedEncoding, align_hypotheses
-from mtx.batching import decoding_batches
+from mtx.batching import decoding_batches, padded
 from mtx.config import DecodeConfig
 from mtx.devices import available_memory, choose_dtype, half_precision_model
 from mtx.ensemble import Ensemble
@@ -195,8 +195,7 @@ class Translator:
     def _search_batch(self, sources: list[list[int]],
                       limits: list[int]) -> tuple[list[list[Hypothesis]], list[list[Alignment]] | None]:
         """One batch's n-best lists, and their alignments when asked for (None otherwise)."""
-        rows = [torch.tensor(ids) for ids in sources]
-        src = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD).to(self.device)
+        src = padded(sources).to(self.device)
         src_pad, d = src == PAD, self.decode
         # Only a search whose hypotheses are to be aligned drives the (first) model through RememberedEncoding.
         first = self.models[0]
