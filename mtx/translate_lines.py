@@ -183,8 +183,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
         alignment_layer = default_alignment_layer(len(models[0].decoder_layers))
     prepared = [prepare_model(model, target, dtype) for model in models]
     decode = DecodeConfig.of_checkpoint(checkpoint, **options)
-    translator = Translator(prepared[0] if len(prepared) == 1 else prepared, tokenizer, decode, batch_tokens,
-                            alignment_layer=alignment_layer)
+    translator = Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=alignment_layer)
 
     show_progress, with_scores = sys.stderr.isatty(), translator.decode.nbest > 1
 

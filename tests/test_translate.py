@@ -63,13 +63,19 @@ def train_copy_model(pairs: list[list[int]], vocab_size: int, steps: int = 250) 
     return model.eval()
 
 
+def copy_task(held_out: int) -> tuple[Transformer, Tokenizer, list[str]]:
+    """The copy model trained on 3,000 sentences of `WORDS`, its tokenizer, and `held_out` sentences it has not
+    seen (the same model and, of equal counts, the same sentences every time)."""
+    rng = random.Random(0)
+    train, unseen = sentences(3000, rng), sentences(held_out, rng)
+    tokenizer = Tokenizer.train(train, vocab_size=300)
+    return train_copy_model(tokenizer.encode_batch(train), tokenizer.vocab_size), tokenizer, unseen
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> dict:
     """A copy-task checkpoint (and a twin whose recipe caps outputs at one token), its tokenizer, held-out set."""
-    rng = random.Random(0)
-    train, held_out = sentences(3000, rng), sentences(40, rng)
-    tokenizer = Tokenizer.train(train, vocab_size=300)
-    model = train_copy_model(tokenizer.encode_batch(train), tokenizer.vocab_size)
+    model, tokenizer, held_out = copy_task(40)
     folder = tmp_path_factory.mktemp("copy")
     decode = dict(beam=4, lenpen=0.6, max_len_a=1.0, max_len_b=5)
     save_checkpoint(make_checkpoint(model, tokenizer.to_str(), {"decode": decode}, 250), folder / "copy.pt")
@@ -230,8 +236,8 @@ def test_int8_decodes_with_dynamically_quantized_linear_layers(trained: dict, tr
     result, int8 = translate_cli([*args, "--dtype", "int8", "--threads", "1"])
     assert result.exit_code == 0
     [translator] = translators
-    assert isinstance(translator.model.output_proj, torch.ao.nn.quantized.dynamic.Linear)
-    assert not any(isinstance(m, torch.nn.Linear) for m in translator.model.modules())
+    assert isinstance(translator.models[0].output_proj, torch.ao.nn.quantized.dynamic.Linear)
+    assert not any(isinstance(m, torch.nn.Linear) for m in translator.models[0].modules())
     assert sum(a == b for a, b in zip(int8, held_out, strict=True)) >= 0.9 * len(held_out)
 
 
