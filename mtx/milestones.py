@@ -38,8 +38,7 @@ def describe_milestones(levels: list[float], recorded: list[dict[str, Any]], bes
         else:
             lines.append(f"BLEU {level:g} reached at step {milestone['step']:,}, after "
                          f"{format_duration(milestone['seconds'])} ({format_gpu_hours(milestone['gpu_seconds'])} "
-                         f"GPU-hours, "
-                         f"{milestone['tokens']:,} target tokens)")
+                         f"GPU-hours, {milestone['tokens']:,} target tokens)")
     return lines
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mtx.milestones import SECONDS_PER_HOUR, format_duration, format_gpu_hours
+from mtx.milestones import format_duration, format_gpu_hours
 from mtx.report.run_folder import Run
 
 NOT_RECORDED = "not recorded"
@@ -49,9 +49,8 @@ def time_to_bleu(run: Run, level: float) -> Milestone | None:
     """When `run` first reached `level`; None if no validation has."""
     for line in run.milestones:
         if line["bleu_level"] == level:
-            gpu_seconds = line.get("gpu_seconds", line["gpu_hours"] * SECONDS_PER_HOUR if "gpu_hours" in line else None)
-            return Milestone(level, line["step"], line["valid_bleu"], line.get("seconds"), gpu_seconds,
-                             line.get("tokens"), recorded=True)
+            return Milestone(level, line["step"], line["valid_bleu"], line["seconds"], line["gpu_seconds"],
+                             line["tokens"], recorded=True)
     for line in run.valid:
         if line.get("valid_bleu") is not None and line["valid_bleu"] >= level:
             return Milestone(level, line["step"], line["valid_bleu"], line.get("seconds"), line.get("gpu_seconds"),
