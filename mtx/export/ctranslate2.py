@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from mtx.config import DecodeConfig
-from mtx.export.tokenizer import exported_tokenizer, token_strings
+from mtx.export.tokenizer import TOKENIZER_NOTE, exported_tokenizer, token_strings
 from mtx.model import Transformer
 from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, UNK
 
@@ -180,8 +180,7 @@ def ctranslate2_notes(decode: DecodeConfig) -> list[str]:
         f"length_penalty is CTranslate2's {penalty}.",
         f"mtx limits a translation of n source tokens to {decode.max_len_a} · n + {decode.max_len_b} tokens; "
         "CTranslate2's max_decoding_length is one limit for the batch (256 unless set).",
-        "The tokenizer normalises text as mtx does (NFC, no control characters, single spaces) and appends </s> "
-        "to each source; greedy decoding in float32 gives mtx's own tokens.",
+        f"{TOKENIZER_NOTE}; greedy decoding in float32 gives mtx's own tokens.",
         "For int8, export with --quantization int8, which saves weights within ±64. compute_type=\"int8\" on a "
         "float32 export quantizes them while loading to ±127, whose products CPUs without VNNI can saturate.",
     ]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mtx.config import DecodeConfig, ModelConfig
 from mtx.export.marian import marian_from_mtx
-from mtx.export.tokenizer import exported_tokenizer
+from mtx.export.tokenizer import TOKENIZER_NOTE, exported_tokenizer
 from mtx.model import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 
@@ -84,6 +84,5 @@ def hf_notes(decode: DecodeConfig) -> list[str]:
         f"mtx limits a translation of a source of n tokens to {decode.max_len_a} · n + {decode.max_len_b} tokens; "
         "generate has no limit relative to the source, so max_length is the model's own (max_positions tokens "
         "and the start token), the last a forced </s>.",
-        "The tokenizer normalises text as mtx does (NFC, no control characters, single spaces) and appends </s> "
-        "to each source; greedy decoding gives mtx's own tokens.",
+        f"{TOKENIZER_NOTE}; greedy decoding gives mtx's own tokens.",
     ]

@@ -20,6 +20,9 @@ from mtx.errors import MtxError
 from mtx.tokenizer import EOS, SPECIAL_TOKENS
 
 # The characters `normalize_text` removes: C0/C1 controls that are not whitespace, and the byte-order mark.
+# What a model card says of the exported tokenizer, whatever the target.
+TOKENIZER_NOTE = ("The tokenizer normalises text as mtx does (NFC, no control characters, single spaces) and "
+                  "appends </s> to each source")
 CONTROL_CHARACTERS = r"[\x{0}-\x{8}\x{e}-\x{1b}\x{7f}-\x{84}\x{86}-\x{9f}\x{feff}]"
 
 
