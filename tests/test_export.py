@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import struct
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_translate import sentences, train_copy_model
+from test_translate import copy_task
 
 import mtx.export.hf
 from mtx.checkpoint import make_checkpoint, save_checkpoint
@@ -38,10 +37,7 @@ RECIPE = {"name": "copy", "data": {"source": {"files": {"train": ["a", "b"]}}, "
 @pytest.fixture(scope="module")
 def copy_run(tmp_path_factory) -> dict:
     """A run folder as `mtx train` leaves it: data/manifest.json, metrics.jsonl and checkpoints/step_250.pt."""
-    rng = random.Random(0)
-    train, held_out = sentences(3000, rng), sentences(40, rng)
-    tokenizer = Tokenizer.train(train, vocab_size=300)
-    model = train_copy_model(tokenizer.encode_batch(train), tokenizer.vocab_size)
+    model, tokenizer, held_out = copy_task(40)
     run = tmp_path_factory.mktemp("run")
     (run / "data").mkdir()
     manifest = {"tokenizer_sha256": hashlib.sha256(tokenizer.to_str().encode()).hexdigest(),

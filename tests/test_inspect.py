@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import random
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,7 +16,7 @@ import torch
 from browser import CHROMIUM, chromium, png_pixels
 from rich.cells import cell_len
 from rich.console import Console
-from test_translate import sentences, train_copy_model
+from test_translate import copy_task
 from typer.testing import CliRunner
 
 from mtx.attention_terminal import column_blocks, fitted, print_heatmaps
@@ -27,7 +26,7 @@ from mtx.config import DecodeConfig
 from mtx.errors import MtxError
 from mtx.head_stats import head_statistics, is_punctuation
 from mtx.inspection import CONTINUATION, Inspection, View, inspect_sentence, readable_labels, select_views
-from mtx.tokenizer import EOS, Tokenizer
+from mtx.tokenizer import EOS
 
 # ------------------------------------------------------------------------------ statistics on hand-made maps
 
@@ -102,10 +101,7 @@ def test_column_blocks_fit_the_room() -> None:
 def trained(tmp_path_factory) -> dict:
     """test_translate's copy-task model, its checkpoint (greedy, outputs up to the input length + 5), and
     held-out sentences."""
-    rng = random.Random(0)
-    train, held_out = sentences(3000, rng), sentences(20, rng)
-    tokenizer = Tokenizer.train(train, vocab_size=300)
-    model = train_copy_model(tokenizer.encode_batch(train), tokenizer.vocab_size)
+    model, tokenizer, held_out = copy_task(20)
     checkpoint = tmp_path_factory.mktemp("inspect") / "copy.pt"
     recipe = {"decode": {"beam": 1, "max_len_a": 1.0, "max_len_b": 5}}
     save_checkpoint(make_checkpoint(model, tokenizer.to_str(), recipe, 250), checkpoint)
