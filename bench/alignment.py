@@ -3,7 +3,7 @@
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/alignment.py [-m runs/demo/average.pt] [--data runs/demo/data]
 
 The data folder is a prepared demo run's (`mtx prepare recipes/demo.yaml`), which holds the test split's gold
-alignment, `test.align` (mtx.demo.words). Each reference German sentence is forced through the decoder and its
+alignment, `test.align` (mtx.data.demo.words). Each reference German sentence is forced through the decoder and its
 cross-attention pooled to words as `mtx translate --alignment` pools it (mtx.aer.reference_attention): the gold
 links are over the reference's words. Precision, recall and AER (Och & Ney, summed over the test set) are
 printed as JSON lines for:

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mtx.batching import Batch, collate
 from mtx.config import ModelConfig, resolve_model
+from mtx.data.batching import Batch, collate
 from mtx.model import Transformer
 from mtx.tokenizer import PAD, SPECIAL_TOKENS
 
@@ -120,8 +120,8 @@ def build_model(preset: str, vocab: int, seed: int = 0) -> Transformer:
 
 
 class RandomPairs:
-    """Random sentence pairs of word ids in [FIRST_WORD, vocab), shaped like mtx.data's splits (a PairSource),
-    so `mtx.batching.make_batches` and `collate` batch them exactly as the trainer batches real data.
+    """Random sentence pairs of word ids in [FIRST_WORD, vocab), shaped like mtx.data.prepared's splits (a PairSource),
+    so `mtx.data.batching.make_batches` and `collate` batch them exactly as the trainer batches real data.
 
     Source lengths are uniform in [min_len, max_len]; a target's length is its source's ± 3 (clipped to the
     same range), as translations' lengths follow their sources', which length-bucketed batching relies on.

@@ -17,7 +17,7 @@ works on the padded logits too).
 Its MarianConfig mirrors the mtx preset (post-norm, ReLU, sinusoidal positions, √d embedding scale, one shared
 embedding/output matrix, dropout 0.1 with none on attention weights or inside the FFN, SDPA attention).
 
-Batches: random pairs of 15–35 word tokens (targets ± 3 of their sources), cut by `mtx.batching.make_batches`
+Batches: random pairs of 15–35 word tokens (targets ± 3 of their sources), cut by `mtx.data.batching.make_batches`
 into the trainer's length-bucketed batches of `--max-tokens` (padded max(src, tgt) + EOS tokens; ~3,900 target
 tokens each at 4096); `--steps` of them, spread over the length range (by default one, from the middle of it:
 4–10 s per update on two busy cores), make one timed repeat.
@@ -49,7 +49,7 @@ from common import (
 )
 from torch import Tensor
 
-from mtx.batching import Batch, collate, make_batches
+from mtx.data.batching import Batch, collate, make_batches
 from mtx.export.marian import build_marian
 from mtx.loss import batch_loss, label_smoothed_loss
 

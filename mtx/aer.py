@@ -12,7 +12,7 @@ one.
 
 Gold lines are Pharaoh lines, "i-j" for a sure link and "ipj" for a possible one (source word i, target word j,
 0-based), the convention of the alignment-scripts of Zenkel et al. (2019), which the demo's gold alignments
-follow (mtx.demo.words).
+follow (mtx.data.demo.words).
 
 The alignments measured are a model's, made as `mtx translate --alignment` makes them (mtx.alignment), but of
 the reference translation forced through the decoder: the gold links are over the reference's words, which a
@@ -30,7 +30,7 @@ from torch import Tensor
 
 from mtx.alignment import Alignment, hard_alignments, word_attention, word_count
 from mtx.attention import attention_maps
-from mtx.batching import padded
+from mtx.data.batching import padded
 from mtx.errors import MtxError
 from mtx.model import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer, normalize_text

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from mtx.attention import cross_attention
-from mtx.batching import padded
+from mtx.data.batching import padded
 from mtx.model import DecoderState, Transformer
 from mtx.search import Hypothesis
 from mtx.tokenizer import BOS, Tokenizer

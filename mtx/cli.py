@@ -96,7 +96,7 @@ def prepare(
     Example: mtx prepare recipes/demo.yaml --workers 4
     """
     from mtx.config import load_recipe
-    from mtx.prepare import prepare as prepare_data
+    from mtx.data.prepare import prepare as prepare_data
 
     prepare_data(load_recipe(recipe, set_), workers=workers)
 

@@ -116,7 +116,7 @@ class TsvSource:
 
 @dataclass
 class DemoSource:
-    """The built-in, generated English→German corpus (mtx/demo/)."""
+    """The built-in, generated English→German corpus (mtx/data/demo/)."""
 
     pairs: int = 40000
     valid: int = 500

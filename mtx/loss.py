@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from mtx.batching import Batch
+from mtx.data.batching import Batch
 from mtx.tokenizer import PAD
 
 

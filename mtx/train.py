@@ -1,6 +1,6 @@
 """`mtx train`: the paper's training setup (§5) in one loop, from one CPU to many GPUs.
 
-One update: this rank's micro-batches (mtx.batching) run forward and backward under autocast, DDP's
+One update: this rank's micro-batches (mtx.data.batching) run forward and backward under autocast, DDP's
 gradient all-reduce held back (`no_sync`) until the last one; the summed label-smoothed loss is divided by the
 target tokens of the whole update on all ranks, so 1 GPU × update_freq 8 computes the gradient of 8 GPUs ×
 update_freq 1. Then unscale (fp16), clip, Adam step at the scheduled learning rate. An fp16 update that the
@@ -40,9 +40,9 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from mtx import distributed
-from mtx.batching import Batch, BatchPlan, collate, in_background
 from mtx.config import ModelConfig, Recipe, TrainConfig, parse_duration
-from mtx.data import load_manifest, load_split
+from mtx.data.batching import Batch, BatchPlan, collate, in_background
+from mtx.data.prepared import load_manifest, load_split
 from mtx.devices import available_memory, choose_dtype
 from mtx.errors import MtxError, is_out_of_memory
 from mtx.keeper import CheckpointKeeper
@@ -148,7 +148,7 @@ class StopSignals:
 class Trainer:
     """Builds the run from the recipe and its prepared data, resumes it if it has checkpoints, and trains.
 
-    Its parts: the batch plan (mtx.batching), the validator (mtx.validation), the checkpoint keeper
+    Its parts: the batch plan (mtx.data.batching), the validator (mtx.validation), the checkpoint keeper
     (mtx.keeper) and the metrics log (mtx.metrics_log); the trainer holds the model, the optimizer and the
     state, and decides, update by update, what comes next.
     """

@@ -1,6 +1,6 @@
 """The prepared data of a run as the trainer takes it: checked against the recipe, cut into batches it can hold.
 
-mtx.data reads the files back; this module decides what the trainer makes of them. A pair longer than the
+mtx.data.prepared reads the files back; this module decides what the trainer makes of them. A pair longer than the
 model's position table or the token budget of a batch cannot be trained on, so it is left out of every batch
 (with a warning for the training split) rather than failing the run at the batch that holds it.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from mtx.batching import PairSource, make_batches, pair_costs
 from mtx.config import Recipe
-from mtx.data import TokenSplit, load_split
+from mtx.data.batching import PairSource, make_batches, pair_costs
+from mtx.data.prepared import TokenSplit, load_split
 from mtx.errors import MtxError
 
 

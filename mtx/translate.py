@@ -2,7 +2,7 @@
 
 `Translator` encodes the sentences, sorts them by length and packs them into batches of similar length, so
 padding is rare. A batch's size, kept within `batch_tokens`, is counted as training counts it: sentences × the
-longer side, EOS included, where the target side is the output length limit (mtx.batching.decoding_batches).
+longer side, EOS included, where the target side is the output length limit (mtx.data.batching.decoding_batches).
 On a CPU several batches are decoded side by side, one thread each (`decoding_workers`). `prepare_model` puts
 a checkpoint's model on its device in the numeric format asked for.
 
@@ -30,8 +30,8 @@ from typing import Literal, NamedTuple
 import torch
 
 from mtx.alignment import Alignment, RememberedEncoding, align_hypotheses
-from mtx.batching import decoding_batches, padded
 from mtx.config import DecodeConfig
+from mtx.data.batching import decoding_batches, padded
 from mtx.devices import available_memory, choose_dtype, half_precision_model
 from mtx.ensemble import Ensemble
 from mtx.errors import MtxError

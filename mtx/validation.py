@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from mtx import distributed
-from mtx.batching import collate
 from mtx.config import Recipe
+from mtx.data.batching import collate
 from mtx.loss import batch_loss
 from mtx.model import Transformer
 from mtx.tokenizer import Tokenizer

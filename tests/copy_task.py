@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 
 from mtx.config import Recipe, load_recipe
-from mtx.prepare import prepare
+from mtx.data.prepare import prepare
 
 WORDS = [f"{a}{b}" for a in "bcdfgklmnprstvz" for b in "aeiou"][:40]
 

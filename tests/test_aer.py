@@ -78,7 +78,7 @@ def test_the_default_layer_aligns_clearly_better_than_the_diagonal(tmp_path) -> 
     from mtx.alignment import default_alignment_layer
     from mtx.checkpoint import load_model, step_checkpoints
     from mtx.config import load_recipe
-    from mtx.prepare import prepare
+    from mtx.data.prepare import prepare
     from mtx.train import train
 
     path = tmp_path / "aer.yaml"

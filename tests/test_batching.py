@@ -10,13 +10,13 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from mtx.batching import BatchPlan, collate, decoding_batches, in_background, make_batches, pair_costs
+from mtx.data.batching import BatchPlan, collate, decoding_batches, in_background, make_batches, pair_costs
 from mtx.errors import MtxError
 from mtx.tokenizer import BOS, EOS, PAD
 
 
 class Pairs:
-    """An in-memory split with the interface of mtx.data.TokenSplit."""
+    """An in-memory split with the interface of mtx.data.prepared.TokenSplit."""
 
     def __init__(self, sources: list[list[int]], targets: list[list[int]]) -> None:
         self._src, self._tgt = sources, targets

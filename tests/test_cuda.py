@@ -226,7 +226,7 @@ def test_fused_attention_kernels_equal_math_when_decoding(backend: str, queries:
 def test_a_training_micro_batch_never_waits_for_the_gpu() -> None:
     """A pinned batch copied without blocking, then forward, fused loss and backward under bf16 autocast:
     CUDA's sync debug mode raises on any host synchronisation (an `.item()`, a boolean-mask index)."""
-    from mtx.batching import Batch
+    from mtx.data.batching import Batch
     from mtx.loss import batch_loss
 
     torch.manual_seed(0)

@@ -18,12 +18,12 @@ import pytest
 import yaml
 from rich.console import Console
 
-import mtx.prepare
-import mtx.sources
+import mtx.data.corpora
+import mtx.data.prepare
 from mtx.config import load_recipe
-from mtx.data import load_manifest, load_split
+from mtx.data.prepare import prepare
+from mtx.data.prepared import load_manifest, load_split
 from mtx.errors import MtxError
-from mtx.prepare import prepare
 from mtx.tokenizer import Tokenizer
 
 # A hand-checked training corpus: each line says which filter drops it (min_len 1, max_len 6, ratio 1.5).
@@ -338,16 +338,16 @@ def _spy_on_chunks(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[list[int]]
     """Record the sizes of the chunks each stage of prepare hands to `_ordered_map` (which runs them on the
     workers), per stage and split, so a test can see the chunking it meant to cause did happen."""
     seen: dict[str, list[list[int]]] = {}
-    ordered_map = mtx.prepare._ordered_map
+    ordered_map = mtx.data.prepare._ordered_map
 
     def spy(fn: Callable[..., Any], jobs: Iterable[tuple[Any, ...]], pool: Executor | None, workers: int
             ) -> Iterator[Any]:
         jobs = list(jobs)
-        sizes = [len(job[0][0]) if fn is mtx.prepare._encode_chunk else len(job[0]) for job in jobs]
+        sizes = [len(job[0][0]) if fn is mtx.data.prepare._encode_chunk else len(job[0]) for job in jobs]
         seen.setdefault(fn.__name__, []).append(sizes)
         return ordered_map(fn, jobs, pool, workers)
 
-    monkeypatch.setattr(mtx.prepare, "_ordered_map", spy)
+    monkeypatch.setattr(mtx.data.prepare, "_ordered_map", spy)
     return seen
 
 
@@ -370,8 +370,8 @@ def test_chunk_boundaries_change_nothing_in_the_prepared_data(tmp_path: Path, mo
                       "_encode_chunk": [[len(kept) + drops["max_positions"]], [len(valid)]]}
 
     chunks.clear()
-    monkeypatch.setattr(mtx.sources, "CHUNK_PAIRS", CHUNK)  # reading the sources
-    monkeypatch.setattr(mtx.prepare, "CHUNK_PAIRS", CHUNK)  # reading the cleaned text to encode it
+    monkeypatch.setattr(mtx.data.corpora, "CHUNK_PAIRS", CHUNK)  # reading the sources
+    monkeypatch.setattr(mtx.data.prepare, "CHUNK_PAIRS", CHUNK)  # reading the cleaned text to encode it
     chunked, _ = _prepare_quietly(path, "model.max_positions=64", f"run_dir={tmp_path / 'chunked'}", workers=2)
 
     assert chunked["filter"]["dropped"] == whole["filter"]["dropped"] == drops

@@ -11,9 +11,9 @@ from rich.console import Console
 
 from mtx.aer import read_gold
 from mtx.config import DemoSource, load_recipe
-from mtx.demo import demo_splits, sample_pairs
-from mtx.demo.clause import Clause, english, german_main, german_question, german_sub
-from mtx.demo.lexicon import (
+from mtx.data.demo import demo_splits, sample_pairs
+from mtx.data.demo.clause import Clause, english, german_main, german_question, german_sub
+from mtx.data.demo.lexicon import (
     ADJECTIVES,
     BE,
     NOUNS,
@@ -25,8 +25,8 @@ from mtx.demo.lexicon import (
     ordinal_en,
     prepositional,
 )
-from mtx.demo.words import Phrase, Word, gold_alignment
-from mtx.prepare import prepare
+from mtx.data.demo.words import Phrase, Word, gold_alignment
+from mtx.data.prepare import prepare
 
 
 def _noun(en: str):

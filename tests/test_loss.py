@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import mtx.loss as loss_module
-from mtx.batching import Batch
 from mtx.config import ModelConfig, resolve_model
+from mtx.data.batching import Batch
 from mtx.loss import batch_loss, label_smoothed_loss, projected_label_smoothed_loss
 from mtx.model import Transformer
 from mtx.tokenizer import BOS, PAD

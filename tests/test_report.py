@@ -25,9 +25,9 @@ from typer.testing import CliRunner
 from mtx.checkpoint import load_model
 from mtx.cli import app
 from mtx.config import load_recipe
+from mtx.data.prepare import prepare
 from mtx.errors import MtxError
 from mtx.model import count_parameters
-from mtx.prepare import prepare
 from mtx.report import parse_levels, report_runs
 from mtx.report.charts import CURVES, draw_curve, time_unit
 from mtx.report.page import page

@@ -12,9 +12,9 @@ from copy_task import prepared, recipe
 from test_train import FakeClock, events, run_files, scripted_bleu
 
 from mtx import distributed
-from mtx.batching import collate
 from mtx.checkpoint import load_checkpoint
 from mtx.config import ConfigError
+from mtx.data.batching import collate
 from mtx.errors import MtxError
 from mtx.milestones import describe_milestones
 from mtx.train import Trainer, train

@@ -21,8 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mtx.checkpoint import load_checkpoint, step_checkpoints
 from mtx.config import TrainConfig, load_recipe, parse_duration
+from mtx.data.prepare import prepare
 from mtx.errors import MtxError
-from mtx.prepare import prepare
 from mtx.train import learning_rate, train
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -302,7 +302,7 @@ def test_pairs_too_long_for_the_model_are_left_out_with_a_warning(tmp_path: Path
     """Data prepared for longer positions than the model has: the pairs that do not fit are left out of every
     batch and counted in a warning; the rest trains. One over-long pair never stops a run."""
     from mtx import distributed
-    from mtx.batching import pair_costs
+    from mtx.data.batching import pair_costs
     from mtx.train import Trainer
 
     path = prepared(tmp_path)
@@ -357,7 +357,7 @@ def test_a_micro_batch_never_waits_for_the_device(tmp_path: Path, precision: str
     """Forward, loss and backward of a micro-batch queue GPU work without reading anything back: the target
     positions come with the batch, padding is masked by multiplication, sums stay on the device."""
     from mtx import distributed
-    from mtx.batching import collate
+    from mtx.data.batching import collate
     from mtx.train import Trainer
 
     trainer = Trainer(recipe(prepared(tmp_path), precision=precision), distributed.setup("cpu"))
@@ -377,7 +377,7 @@ def test_compiled_training_matches_eager_without_compiling_each_shape(tmp_path: 
     import torch._dynamo
 
     from mtx import distributed
-    from mtx.batching import collate
+    from mtx.data.batching import collate
     from mtx.train import Trainer
 
     path = prepared(tmp_path)

@@ -1,12 +1,12 @@
 """A clause's parts in both languages, and the words each language orders them into.
 
-The grammar (mtx.demo.grammar) draws what a clause says; this module only decides where each word goes, with
+The grammar (mtx.data.demo.grammar) draws what a clause says; this module only decides where each word goes, with
 no random draws, so every word-order rule can be checked on a hand-built clause (tests/test_demo.py). English
 keeps subject–verb–object order and needs "do" for negation and questions; German puts the finite verb second
 in main clauses, first in questions and last in subordinate clauses, with the rest of the verb group (a
 participle, an infinitive, a separable prefix) at the end of the main clause: the verb bracket.
 
-The words are mtx.demo.words.Word objects, each German one linked to the English words it translates, so the
+The words are mtx.data.demo.words.Word objects, each German one linked to the English words it translates, so the
 gold alignment comes from these same rules: the verbs are made here, in both languages at once (`VerbGroup`),
 and every word keeps its links wherever it is moved.
 """
@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mtx.demo.lexicon import BE, HAVE, Modal, Verb
-from mtx.demo.words import Word, english_words
+from mtx.data.demo.lexicon import BE, HAVE, Modal, Verb
+from mtx.data.demo.words import Word, english_words
 
 
 @dataclass
 class Clause:
     """A clause's parts in both languages; the sentence decides the German word order.
 
-    The grammar gives each part as words (mtx.demo.words), the German ones linked to the English ones they
+    The grammar gives each part as words (mtx.data.demo.words), the German ones linked to the English ones they
     translate, so the order functions below move the links with the words. A hand-built clause may give the
     subject and the time as one string each, and the other parts' phrases as plain strings: its sentences
     read the same, and only the verbs have links.

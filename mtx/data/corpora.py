@@ -47,7 +47,7 @@ def open_source(data: DataConfig) -> dict[str, SplitStream]:
         return _tsv_source(source.tsv)
     if source.hf is not None:
         return _hf_source(source.hf, data.src_lang, data.tgt_lang)
-    from mtx.demo import demo_splits
+    from mtx.data.demo import demo_splits
 
     return {  # the grammar's gold alignments of the held-out splits, to measure a model's alignments against
         split: SplitStream(split, f"mtx demo corpus ({split})", len(pairs),

@@ -1,6 +1,6 @@
 """A prepared run's `data/` folder, read back for training: each split memory-mapped, its files checked first.
 
-`mtx prepare` (mtx.prepare) writes, for every split and side (`src`, `tgt`), a flat array of token ids
+`mtx prepare` (mtx.data.prepare) writes, for every split and side (`src`, `tgt`), a flat array of token ids
 (`{split}.{side}.tokens`, uint16 when the vocabulary fits, else uint32) and int64 offsets
 (`{split}.{side}.offsets`, one more than pairs: sentence i is tokens[offsets[i]:offsets[i + 1]]), and
 `manifest.json`, which records the token dtype and each split's pair and token counts. Mapping the files

@@ -2,7 +2,7 @@
 
 A German word of the demo holds the English words it translates. The grammar makes both sentences from the same
 parts (a noun phrase, a verb group, a time), so it knows these links without guessing, and the word-order
-rules of mtx.demo.clause move the words and their links together. Links are of the two kinds of Och & Ney's
+rules of mtx.data.demo.clause move the words and their links together. Links are of the two kinds of Och & Ney's
 gold alignments (2003, "A Systematic Comparison of Various Statistical Alignment Models"): sure, where an
 annotator would not hesitate, and possible, where the correspondence is real but loose. The choices:
 

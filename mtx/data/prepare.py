@@ -1,4 +1,4 @@
-"""`mtx prepare`: a recipe's data section → a run's `data/` folder (its layout and reader: mtx.data).
+"""`mtx prepare`: a recipe's data section → a run's `data/` folder (its layout and reader: mtx.data.prepared).
 
 The pipeline streams, so memory stays flat from the 10k-pair demo to WMT14 En-Fr's 40M pairs:
 
@@ -20,7 +20,7 @@ Pharaoh line per pair, line by line with `{split}.{lang}`, as nothing drops vali
 Everything is written under `data.partial/` and renamed to `data/` at the very end, so an interrupted run
 leaves nothing a later run would trust. `manifest.json` fingerprints the recipe's data section, the model's
 `max_positions` and the input files, and re-running with all unchanged is a no-op, unless the reader's check
-of the files (mtx.data.check_split_files) finds them damaged: then they are prepared again.
+of the files (mtx.data.prepared.check_split_files) finds them damaged: then they are prepared again.
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from rich.table import Table
 
 from mtx import __version__
 from mtx.config import BpeConfig, DataConfig, FilterConfig, Recipe, resolve_model, strip_nones
-from mtx.data import FORMAT, SIDES, check_split_files, load_manifest
+from mtx.data.corpora import CHUNK_PAIRS, RawPair, SplitStream, input_files, open_source
+from mtx.data.prepared import FORMAT, SIDES, check_split_files, load_manifest
 from mtx.errors import MtxError
-from mtx.sources import CHUNK_PAIRS, RawPair, SplitStream, input_files, open_source
 from mtx.tokenizer import Tokenizer, normalize_text
 
 FILTERS = ("invalid_utf8", "malformed", "empty", "length", "ratio", "duplicate", "max_positions")  # in order

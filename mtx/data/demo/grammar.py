@@ -1,8 +1,8 @@
-"""The demo grammar: what each sentence says, drawn from one seeded random source (mtx.demo.clause orders it).
+"""The demo grammar: what each sentence says, drawn from one seeded random source (mtx.data.demo.clause orders it).
 
 Every choice — sentence shape, tense, words, numbers, times — is one draw from the same `random.Random`, in a
 fixed order, so a seed always gives the same corpus: changing the order of the draws changes every sentence
-after it. Each sentence pair comes with its gold word alignment (mtx.demo.words), made from the same parts.
+after it. Each sentence pair comes with its gold word alignment (mtx.data.demo.words), made from the same parts.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import random
 from functools import cache
 from typing import Any
 
-from mtx.demo.clause import Clause, english, german_main, german_question, german_sub
-from mtx.demo.lexicon import (
+from mtx.data.demo.clause import Clause, english, german_main, german_question, german_sub
+from mtx.data.demo.lexicon import (
     ADJECTIVES,
     BE,
     DAYS,
@@ -32,7 +32,7 @@ from mtx.demo.lexicon import (
     ordinal_en,
     prepositional,
 )
-from mtx.demo.words import AlignedPair, Phrase, Word, english_words, translating
+from mtx.data.demo.words import AlignedPair, Phrase, Word, english_words, translating
 
 
 class Grammar:
@@ -299,7 +299,7 @@ def _kinds(kinds: str) -> frozenset[str]:
 
 def _finish(en: list[list[Word]], de: list[list[Word]], mark: str) -> AlignedPair:
     """The sentence pair from its clauses' words, joined by commas, capitalised and punctuated, and the gold
-    alignment of its words (mtx.demo.words.Word): punctuation joins a word, so the words stay as many."""
+    alignment of its words (mtx.data.demo.words.Word): punctuation joins a word, so the words stay as many."""
     return AlignedPair(_written(en, mark), _written(de, mark), [w for clause in en for w in clause],
                        [w for clause in de for w in clause])
 

@@ -36,7 +36,7 @@ from mtx.tokenizer import BOS, EOS, PAD
 
 
 class PairSource(Protocol):
-    """What batching needs from a split (mtx.data's TokenSplit): lengths without specials, and token ids."""
+    """What batching needs from a split (mtx.data.prepared's TokenSplit): lengths without specials, and token ids."""
 
     src_lens: np.ndarray
     tgt_lens: np.ndarray

@@ -1,7 +1,7 @@
 """The built-in demo corpus: English→German pairs generated from a small grammar, offline and deterministic.
 
 It exists so that `mtx prepare recipes/demo.yaml && mtx train recipes/demo.yaml` shows real translation on a
-laptop in minutes. The grammar is small (60 nouns, 20 adjectives, 50 verbs, in mtx.demo.lexicon) but German
+laptop in minutes. The grammar is small (60 nouns, 20 adjectives, 50 verbs, in mtx.data.demo.lexicon) but German
 makes a tiny model work for it, the way it makes a big one work on WMT:
 
 - agreement: determiners and adjective endings follow gender, number and case ("ein großer Hund",
@@ -17,14 +17,14 @@ makes a tiny model work for it, the way it makes a big one work on WMT:
 
 Every English sentence has exactly one German translation, so a model can learn it to near-perfect BLEU. The
 grammar also knows which English words each German word translates: every pair comes with its gold word
-alignment (mtx.demo.words), which `mtx prepare` writes beside the valid and test splits.
+alignment (mtx.data.demo.words), which `mtx prepare` writes beside the valid and test splits.
 """
 
 from __future__ import annotations
 
 from mtx.config import DemoSource
-from mtx.demo.grammar import Grammar
-from mtx.demo.words import AlignedPair
+from mtx.data.demo.grammar import Grammar
+from mtx.data.demo.words import AlignedPair
 from mtx.errors import MtxError
 
 MAX_WORDS = 20  # longer sentences are drawn again: the demo must train in minutes

@@ -1,0 +1,8 @@
+"""Data: from a recipe's corpora to the memory-mapped token splits the trainer reads.
+
+    corpora    where sentence pairs come from: Hugging Face datasets, plain-text or TSV files, the demo
+    demo/      the built-in generated English→German corpus, with gold word alignments
+    prepare    `mtx prepare`'s pipeline: clean and filter, learn the joint BPE, encode, write data/
+    prepared   a prepared data/ folder read back: its manifest and token splits, checked against each other
+    batching   token-budget batches of similar length, for training and for decoding
+"""
