@@ -31,7 +31,7 @@ from prepare import write_corpus
 from mtx.alignment import default_alignment_layer
 from mtx.checkpoint import load_model
 from mtx.config import DecodeConfig
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
 from mtx.translate import Translator
 

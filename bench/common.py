@@ -26,7 +26,7 @@ import torch
 
 from mtx.config import ModelConfig, resolve_model
 from mtx.data.batching import Batch, collate
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import PAD, SPECIAL_TOKENS
 
 FIRST_WORD = len(SPECIAL_TOKENS)  # random "words" are drawn from [FIRST_WORD, vocab): never a special token

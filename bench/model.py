@@ -26,7 +26,7 @@ from common import (
 )
 
 from mtx.export.marian import marian_from_mtx
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS
 
 

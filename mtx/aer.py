@@ -32,7 +32,7 @@ from mtx.alignment import Alignment, hard_alignments, word_attention, word_count
 from mtx.attention import attention_maps
 from mtx.data.batching import padded
 from mtx.errors import MtxError
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer, normalize_text
 
 Link = tuple[int, int]  # (source word, target word)

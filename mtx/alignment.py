@@ -28,7 +28,7 @@ from torch import Tensor
 
 from mtx.attention import cross_attention
 from mtx.data.batching import padded
-from mtx.model import DecoderState, Transformer
+from mtx.model.transformer import DecoderState, Transformer
 from mtx.search import Hypothesis
 from mtx.tokenizer import BOS, Tokenizer
 

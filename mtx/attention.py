@@ -1,6 +1,6 @@
 """Every head's attention weights, from a teacher-forced pass written out beside the model's own.
 
-The model attends through `mtx.kernels.attention`, which is PyTorch's fused scaled dot-product attention on
+The model attends through `mtx.model.fast_paths.attention`, which is PyTorch's fused scaled dot-product attention on
 most paths: it returns the attended values and never the weights. This module runs the pass of
 `Transformer.forward` again with the model's own modules and weights (its projections, residual connections,
 LayerNorms and feed-forward blocks), and writes out only the attention itself, softmax(Q Kᵀ / √Dh) V (§3.2.1),
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mtx.model import DecoderLayer, EncoderLayer, MultiHeadAttention, Transformer, key_padding_mask
+from mtx.model.transformer import DecoderLayer, EncoderLayer, MultiHeadAttention, Transformer, key_padding_mask
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def model_config_of(checkpoint: dict[str, Any]) -> ModelConfig:
 
 def load_model(path: str | Path, device: str | torch.device = "cpu"):
     """(model in eval mode on `device`, tokenizer, checkpoint dict) from a checkpoint file."""
-    from mtx.model import Transformer
+    from mtx.model.transformer import Transformer
     from mtx.tokenizer import Tokenizer
 
     checkpoint = load_checkpoint(path)

@@ -73,7 +73,7 @@ def config(recipe: RecipeArg, set_: SetOpt = None) -> None:
     Example: mtx config recipes/wmt14_en_de_base.yaml --set model.preset=big
     """
     from mtx.config import dump_recipe, load_recipe
-    from mtx.model import count_parameters_for
+    from mtx.model.transformer import count_parameters_for
 
     resolved = load_recipe(recipe, set_)
     sys.stdout.write(dump_recipe(resolved))

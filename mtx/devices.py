@@ -77,7 +77,7 @@ def choose_dtype(requested: str, device: torch.device, flag: str) -> torch.dtype
 def half_precision_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     """`model` with its weights in `dtype`, except LayerNorm's and the positional table, which stay float32.
 
-    The LayerNorms compute in float32 whatever their input (mtx.model.LayerNorm), so their statistics over
+    The LayerNorms compute in float32 whatever their input (mtx.model.transformer.LayerNorm), so their statistics over
     d_model values do not lose half precision's bits; a positional encoding of a late position differs from
     its neighbours' in the low bits, which bf16's 8-bit mantissa would round away.
     """

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from mtx.checkpoint import load_model
 from mtx.errors import MtxError
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.search import DecoderCache, IncrementalDecoder
 from mtx.tokenizer import Tokenizer
 

@@ -29,7 +29,7 @@ from mtx.attention import attention_maps
 from mtx.config import DecodeConfig
 from mtx.errors import MtxError
 from mtx.head_stats import HeadStats, head_statistics, is_punctuation
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.search import length_penalty
 from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, Tokenizer, normalize_text, word_of_each_piece
 from mtx.translate import Translator

@@ -29,7 +29,7 @@ from mtx.checkpoint import load_checkpoint, make_checkpoint, model_config_of, sa
 from mtx.config import Recipe
 from mtx.errors import MtxError
 from mtx.files import atomic_write
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
 
 SHAPE_KEYS = ("layers_enc", "layers_dec", "d_model", "heads", "d_ff", "norm", "share_embeddings", "max_positions")

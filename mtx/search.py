@@ -34,7 +34,7 @@ class DecoderCache(Protocol):
     It holds N rows, one per hypothesis being extended, grouped by sentence: the B sentences in order, N / B
     consecutive rows each (a sentence's beams). It is owned by one search: `decode_step` may write into it and
     `reorder` may recycle its memory, so after either call only the state it returns is valid.
-    mtx.model.DecoderState is one, without naming this protocol.
+    mtx.model.transformer.DecoderState is one, without naming this protocol.
     """
 
     def reorder(self: CacheT, rows: Tensor, sentences: Tensor | None = None) -> CacheT:
@@ -50,8 +50,8 @@ class IncrementalDecoder(Protocol[CacheT]):
     """What search needs of a model: encode a batch once, then extend every row by one token per call.
 
     Named for incremental decoding (fairseq's term): each call feeds one token and reuses the cache of the
-    prefix rather than recomputing it. mtx.model.Transformer is one, without naming this protocol, and so is the
-    scripted model of the unit tests.
+    prefix rather than recomputing it. mtx.model.transformer.Transformer is one, without naming this protocol,
+    and so is the scripted model of the unit tests.
     """
 
     def encode(self, src: Tensor, src_pad: Tensor) -> Tensor:

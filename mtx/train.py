@@ -49,7 +49,7 @@ from mtx.keeper import CheckpointKeeper
 from mtx.loss import batch_loss
 from mtx.metrics_log import MetricsLog
 from mtx.milestones import describe_milestones, milestones_reached
-from mtx.model import Transformer, count_parameters_for
+from mtx.model.transformer import Transformer, count_parameters_for
 from mtx.runlock import RunLock
 from mtx.tokenizer import Tokenizer
 from mtx.train_data import check_data_matches_recipe, load_valid_set, training_batches

@@ -35,8 +35,8 @@ from mtx.data.batching import decoding_batches, padded
 from mtx.devices import available_memory, choose_dtype, half_precision_model
 from mtx.ensemble import Ensemble
 from mtx.errors import MtxError
-from mtx.kernels import quantizable_output_projection
-from mtx.model import Transformer
+from mtx.model.fast_paths import quantizable_output_projection
+from mtx.model.transformer import Transformer
 from mtx.search import Hypothesis, search
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
 

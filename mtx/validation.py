@@ -18,7 +18,7 @@ from mtx import distributed
 from mtx.config import Recipe
 from mtx.data.batching import collate
 from mtx.loss import batch_loss
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
 from mtx.train_data import ValidSet
 

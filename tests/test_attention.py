@@ -9,7 +9,7 @@ import torch
 
 from mtx.attention import attention_maps, cross_attention
 from mtx.config import ModelConfig, resolve_model
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.translate import prepare_model
 
 VOCAB = 50

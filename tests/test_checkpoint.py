@@ -18,7 +18,7 @@ from mtx.cli import app
 from mtx.config import ModelConfig, resolve_model
 from mtx.errors import MtxError
 from mtx.files import atomic_write
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 
 TOKENIZER = '{"stand-in": "averaging never parses the tokenizer"}'
 

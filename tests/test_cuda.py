@@ -21,7 +21,7 @@ from torch import Tensor
 import mtx.loss as loss_module
 from mtx.config import ModelConfig, resolve_model
 from mtx.loss import label_smoothed_loss, projected_label_smoothed_loss
-from mtx.model import MultiHeadAttention, Transformer
+from mtx.model.transformer import MultiHeadAttention, Transformer
 from mtx.tokenizer import BOS, PAD
 from mtx.translate import prepare_model
 

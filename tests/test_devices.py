@@ -7,7 +7,7 @@ from test_model import tiny_model
 
 from mtx.devices import choose_device, choose_dtype, half_precision_model
 from mtx.errors import MtxError
-from mtx.model import LayerNorm
+from mtx.model.transformer import LayerNorm
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)
 

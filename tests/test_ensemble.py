@@ -22,7 +22,7 @@ from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config import DecodeConfig, ModelConfig, resolve_model
 from mtx.ensemble import Ensemble, average_distributions, load_models
 from mtx.errors import MtxError
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.search import Hypothesis, beam_search, search
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
 from mtx.train import train

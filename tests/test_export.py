@@ -25,7 +25,7 @@ from mtx.config import ModelConfig, resolve_model
 from mtx.errors import MtxError
 from mtx.export import export_checkpoint
 from mtx.export.ctranslate2 import INT8_WEIGHT_LEVELS
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.score import corpus_bleu
 from mtx.search import search
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text

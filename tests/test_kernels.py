@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mtx.kernels import (
+from mtx.model.fast_paths import (
     FEW_QUERIES,
     SLICE_BYTES,
     Dropout,

@@ -11,7 +11,7 @@ import mtx.loss as loss_module
 from mtx.config import ModelConfig, resolve_model
 from mtx.data.batching import Batch
 from mtx.loss import batch_loss, label_smoothed_loss, projected_label_smoothed_loss
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, PAD
 
 VOCAB = 11

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from mtx.config import ModelConfig, resolve_model
-from mtx.model import SequenceTooLongError, Transformer, count_parameters, count_parameters_for
+from mtx.model.transformer import SequenceTooLongError, Transformer, count_parameters, count_parameters_for
 from mtx.translate import prepare_model
 
 VOCAB = 50

@@ -27,7 +27,7 @@ from mtx.cli import app
 from mtx.config import load_recipe
 from mtx.data.prepare import prepare
 from mtx.errors import MtxError
-from mtx.model import count_parameters
+from mtx.model.transformer import count_parameters
 from mtx.report import parse_levels, report_runs
 from mtx.report.charts import CURVES, draw_curve, time_unit
 from mtx.report.page import page

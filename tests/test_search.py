@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mtx.config import ModelConfig, resolve_model
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.search import (
     DecoderCache,
     IncrementalDecoder,
@@ -61,7 +61,8 @@ class ScriptedState(DecoderCache):
 
 class ScriptedModel(IncrementalDecoder[ScriptedState]):
     """A model whose next-token distribution is `distribution(source's first token, prefix)`. It names the
-    protocols search is typed against, so a type checker holds it to them as it holds mtx.model.Transformer."""
+    protocols search is typed against, so a type checker holds it to them as it holds
+    mtx.model.transformer.Transformer."""
 
     def __init__(self, distribution: Callable[[int, tuple[int, ...]], dict[int, float]]) -> None:
         self.distribution = distribution

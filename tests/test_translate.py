@@ -24,7 +24,7 @@ from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.cli import app
 from mtx.config import DecodeConfig, ModelConfig, resolve_model
 from mtx.errors import MtxError
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.search import Hypothesis, search
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
 from mtx.translate import Translator, decoding_workers, map_in_threads, prepare_model, translate_sentences

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from mtx.config import DecodeConfig
 from mtx.export.tokenizer import TOKENIZER_NOTE, exported_tokenizer, token_strings
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, UNK
 
 QUANTIZATIONS = ("int8", "int8_float16", "float16", "bfloat16")

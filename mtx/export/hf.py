@@ -17,7 +17,7 @@ from pathlib import Path
 from mtx.config import DecodeConfig, ModelConfig
 from mtx.export.marian import marian_from_mtx
 from mtx.export.tokenizer import TOKENIZER_NOTE, exported_tokenizer
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 
 

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from mtx.config import ModelConfig
 from mtx.errors import MtxError
-from mtx.model import Transformer
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD
 
 

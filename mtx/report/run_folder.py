@@ -143,7 +143,7 @@ def read_checkpoint_facts(checkpoints: Path) -> CheckpointFacts | None:
     """The recipe, model size and clock of the run's latest checkpoint: last.pt, else the highest step_<N>.pt,
     else best.pt; None if the run has saved none yet."""
     from mtx.checkpoint import load_checkpoint, model_config_of, step_checkpoints
-    from mtx.model import count_parameters_for
+    from mtx.model.transformer import count_parameters_for
 
     if not checkpoints.is_dir():
         return None

@@ -1,4 +1,4 @@
-"""CPU fast paths: the same computations as mtx.model's, arranged to run faster on a CPU.
+"""CPU fast paths: the same computations as mtx.model.transformer's, arranged to run faster on a CPU.
 
 Each function here computes what the model's plain expression computes (the tests check it), and on a GPU
 every one of them is that plain PyTorch call. They exist because a CPU pays for a few operations out of
@@ -6,7 +6,7 @@ proportion to their share of the arithmetic: a Bernoulli draw per dropped elemen
 step's handful of queries, and a large vocabulary's output matrix falling out of the cache. What each path was
 measured to gain is in bench/README.md, in the table "The CPU fast paths".
 
-Shapes follow mtx.model: B sentences, H heads, Dh the head size, D = d_model, V the vocabulary.
+Shapes follow mtx.model.transformer: B sentences, H heads, Dh the head size, D = d_model, V the vocabulary.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: flo
     (B, H, Q, Dh).
 
     Decoding asks for a handful of queries per row: one in a step's self-attention, one per beam in its
-    cross-attention (`mtx.model.DecoderLayer.step`). There SDPA's CPU kernel, built for blocks of queries,
+    cross-attention (`mtx.model.transformer.DecoderLayer.step`). There SDPA's CPU kernel, built for blocks of queries,
     costs more than the explicit two matmuls and softmax, so on a CPU up to `FEW_QUERIES` of them per row are
     computed by `explicit_attention` (short sources in the encoder too). Everywhere else (training with its
     dropout and causal masks, longer sequences, any GPU, whose SDPA kernels are the fast path) SDPA it is.

@@ -3,7 +3,7 @@
 Reading order: sinusoidal positions (§3.5) → multi-head attention (§3.2) → the feed-forward block (§3.3) →
 encoder and decoder layers (§3.1) → the model, with training `forward` and the inference API that beam search
 drives: `encode`, `init_state`, `decode_step` over an explicit `DecoderState` value. CPU fast paths that
-compute the same thing (dropout, attention for a few queries, the output projection) live in mtx.kernels.
+compute the same thing (dropout, attention for a few queries, the output projection) live in mtx.model.fast_paths.
 
 Shapes are batch-first: B sentences, S source and T target positions, D = d_model, H heads, Dh = D / H,
 V the vocabulary. Padding masks are boolean with True marking padding.
@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mtx import kernels
 from mtx.config import ModelConfig
 from mtx.errors import MtxError
+from mtx.model import fast_paths
 
 
 class SequenceTooLongError(MtxError):
@@ -82,7 +82,7 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
         """softmax(Q Kᵀ / √Dh) V per head, then the output projection; `mask` is True where a key may be attended."""
         dropout = self.attn_dropout if self.training else 0.0
-        out = kernels.attention(q, k, v, mask, dropout, causal)
+        out = fast_paths.attention(q, k, v, mask, dropout, causal)
         return self.out_proj(self.merge_heads(out))
 
     def forward_self(self, x: Tensor, pad: Tensor | None = None, causal: bool = False) -> Tensor:
@@ -104,7 +104,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(d_model, d_ff)
         self.fc2 = nn.Linear(d_ff, d_model)
-        self.dropout = kernels.Dropout(relu_dropout)
+        self.dropout = fast_paths.Dropout(relu_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.dropout(F.relu(self.fc1(x))))
@@ -136,7 +136,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
         super().__init__()
         self.norm = LayerNorm(d_model)
-        self.dropout = kernels.Dropout(dropout)
+        self.dropout = fast_paths.Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
@@ -271,7 +271,7 @@ class Transformer(nn.Module):
         self.tgt_embed = nn.Embedding(vocab_size, d, padding_idx=pad_id)
         self.src_embed = self.tgt_embed if cfg.share_embeddings else nn.Embedding(vocab_size, d, padding_idx=pad_id)
         self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, d), persistent=False)
-        self.dropout = kernels.Dropout(cfg.dropout)
+        self.dropout = fast_paths.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers_enc))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers_dec))
         # Pre-norm leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
@@ -314,7 +314,7 @@ class Transformer(nn.Module):
         Training projects in its loss instead (`mtx.loss.projected_label_smoothed_loss`)."""
         if self.output_proj is not None:
             return self.output_proj(h)
-        return kernels.tied_projection(h, self.tgt_embed.weight)
+        return fast_paths.tied_projection(h, self.tgt_embed.weight)
 
     # ---- training
 
