@@ -49,10 +49,10 @@ coverage: install
 # Mutation testing (mutmut; TESTING.md) of the modules whose mistakes cost most: search, loss, batching,
 # checkpoints, scoring, and the trainer's schedule and stop logic. A development target, not part of `make test`:
 # about two hours on 2 cores. The test selection is in pyproject.toml; `$(BIN)/mutmut show NAME` shows a mutant.
-MUTANTS := 'mtx.search.*' 'mtx.loss.*' 'mtx.data.batching.*' 'mtx.checkpoint.*' 'mtx.score.*' \
-	'mtx.train.x_learning_rate__mutmut_*' 'mtx.train.x_dropout_seed__mutmut_*' 'mtx.train.xǁStopSignalsǁ*' \
-	'mtx.train.xǁStopReasonǁ*' $(foreach m,_agree _after_update _budget_spent _time_spent _finish _validate,\
-	'mtx.train.xǁTrainerǁ$(m)__mutmut_*')
+MUTANTS := 'mtx.search.*' 'mtx.train.loss.*' 'mtx.data.batching.*' 'mtx.checkpoint.*' 'mtx.score.*' \
+	'mtx.train.trainer.x_learning_rate__mutmut_*' 'mtx.train.trainer.x_dropout_seed__mutmut_*' 'mtx.train.trainer.xǁStopSignalsǁ*' \
+	'mtx.train.trainer.xǁStopReasonǁ*' $(foreach m,_agree _after_update _budget_spent _time_spent _finish _validate,\
+	'mtx.train.trainer.xǁTrainerǁ$(m)__mutmut_*')
 
 mutants: install
 	OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children 2 $(MUTANTS) > mutants.log 2>&1 || \

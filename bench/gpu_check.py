@@ -381,8 +381,8 @@ def measure_training(stage: Stage, preset: str, vocab: int, max_tokens: int, ste
     from common import build_model, model_config, synchronize, time_interleaved, train_model_flops
     from train import Updater, spread_batches
 
-    from mtx.loss import batch_loss
     from mtx.tokenizer import PAD
+    from mtx.train.loss import batch_loss
 
     device = torch.device(stage.device)
     batches = spread_batches(vocab, max_tokens, steps)
@@ -430,7 +430,7 @@ def largest_max_tokens(stage: Stage, preset: str, vocab: int, start: int, cap: i
     from common import build_model, random_batch, synchronize
     from train import Updater
 
-    from mtx.loss import batch_loss
+    from mtx.train.loss import batch_loss
 
     device = torch.device(stage.device)
     model = build_model(preset, vocab).to(device).train()

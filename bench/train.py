@@ -3,10 +3,10 @@
     .bench-venv/bin/python bench/train.py [--repeats 5] [--steps 3]         # CPU: small, fp32, 2 threads
     .bench-venv/bin/python bench/train.py --device cuda                     # GPU: small, base, big in bf16 + MFU
 
-One update is what `mtx.train.Trainer._train_update` does for one micro-batch (it is a method of the whole
+One update is what `mtx.train.trainer.Trainer._train_update` does for one micro-batch (it is a method of the whole
 trainer, which needs a prepared run directory, so its body is replicated here, step for step): under autocast
-(none on the CPU), `mtx.loss.batch_loss` (ε = 0.1: the forward to the decoder states of the target tokens, then
-`mtx.loss.projected_label_smoothed_loss`, the output projection fused with the loss) divided by the batch's
+(none on the CPU), `mtx.train.loss.batch_loss` (ε = 0.1: the forward to the decoder states of the target tokens, then
+`mtx.train.loss.projected_label_smoothed_loss`, the output projection fused with the loss) divided by the batch's
 target tokens, backward, `clip_grad_norm_` (the trainer always computes the norm, for its log), AdamW (weight
 decay 0, i.e. Adam; betas 0.9/0.98, eps 1e-9; fused on CUDA as in the trainer), `zero_grad(set_to_none=True)`.
 Only the trainer's logging sums and the per-update dropout reseeding are left out.
@@ -51,7 +51,7 @@ from torch import Tensor
 
 from mtx.data.batching import Batch, collate, make_batches
 from mtx.export.marian import build_marian
-from mtx.loss import batch_loss, label_smoothed_loss
+from mtx.train.loss import batch_loss, label_smoothed_loss
 
 LABEL_SMOOTHING = 0.1
 BAR = 1.2  # the bar: mtx at least 1.2× Marian's target tokens/s

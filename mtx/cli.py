@@ -117,7 +117,7 @@ def train(
     Example: mtx train recipes/demo.yaml --set train.max_steps=2000
     """
     from mtx.config import load_recipe
-    from mtx.train import train as run_training
+    from mtx.train.trainer import train as run_training
 
     run_training(load_recipe(recipe, set_), restart=restart)
 

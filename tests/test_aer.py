@@ -79,7 +79,7 @@ def test_the_default_layer_aligns_clearly_better_than_the_diagonal(tmp_path) -> 
     from mtx.checkpoint import load_model, step_checkpoints
     from mtx.config import load_recipe
     from mtx.data.prepare import prepare
-    from mtx.train import train
+    from mtx.train.trainer import train
 
     path = tmp_path / "aer.yaml"
     path.write_text(yaml.safe_dump({**DEMO_RECIPE, "run_dir": str(tmp_path / "run")}), encoding="utf-8")

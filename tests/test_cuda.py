@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-import mtx.loss as loss_module
+import mtx.train.loss as loss_module
 from mtx.config import ModelConfig, resolve_model
-from mtx.loss import label_smoothed_loss, projected_label_smoothed_loss
 from mtx.model.transformer import MultiHeadAttention, Transformer
 from mtx.tokenizer import BOS, PAD
+from mtx.train.loss import label_smoothed_loss, projected_label_smoothed_loss
 from mtx.translate import prepare_model
 
 pytestmark = [pytest.mark.cuda,
@@ -227,7 +227,7 @@ def test_a_training_micro_batch_never_waits_for_the_gpu() -> None:
     """A pinned batch copied without blocking, then forward, fused loss and backward under bf16 autocast:
     CUDA's sync debug mode raises on any host synchronisation (an `.item()`, a boolean-mask index)."""
     from mtx.data.batching import Batch
-    from mtx.loss import batch_loss
+    from mtx.train.loss import batch_loss
 
     torch.manual_seed(0)
     model = Transformer(resolve_model(ModelConfig(preset="tiny")), VOCAB).to(CUDA).train()

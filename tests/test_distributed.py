@@ -16,10 +16,9 @@ import torch
 import torch.multiprocessing as mp
 from copy_task import prepared, recipe
 
-from mtx import distributed
 from mtx.checkpoint import load_checkpoint, step_checkpoints
-from mtx.keeper import CheckpointKeeper
-from mtx.train import Trainer, learning_rate, train
+from mtx.train.checkpoints import CheckpointKeeper
+from mtx.train.trainer import Trainer, distributed, learning_rate, train
 
 pytestmark = pytest.mark.dist
 

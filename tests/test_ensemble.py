@@ -25,7 +25,7 @@ from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
 from mtx.search import Hypothesis, beam_search, search
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
-from mtx.train import train
+from mtx.train.trainer import train
 
 A, B, C = 3, 4, 5  # ordinary tokens of the scripted models (test_search's)
 DECODE = DecodeConfig(beam=4, lenpen=0.6, max_len_a=1.0, max_len_b=5)  # the copy-task recipe's, with a beam

@@ -7,12 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import mtx.loss as loss_module
+import mtx.train.loss as loss_module
 from mtx.config import ModelConfig, resolve_model
 from mtx.data.batching import Batch
-from mtx.loss import batch_loss, label_smoothed_loss, projected_label_smoothed_loss
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, PAD
+from mtx.train.loss import batch_loss, label_smoothed_loss, projected_label_smoothed_loss
 
 VOCAB = 11
 

@@ -34,7 +34,7 @@ from mtx.report.page import page
 from mtx.report.run_folder import read_run
 from mtx.report.summary import RunSummary, bleu_levels, recipe_rows, time_to_bleu
 from mtx.report.terminal import sparkline
-from mtx.train import train
+from mtx.train.trainer import train
 
 SCORE_CARD = {"bleu": 41.5, "chrf": 63.25, "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
               "signatures": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",

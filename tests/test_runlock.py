@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mtx.errors import MtxError
-from mtx.runlock import LOCK_NAME, RunLock
+from mtx.train.run_lock import LOCK_NAME, RunLock
 
 HOST = socket.gethostname()
 
@@ -103,7 +103,7 @@ def test_a_lock_of_another_live_process_is_refused(tmp_path: Path, live_pid: int
 
 
 def test_a_lock_held_by_a_real_child_process(tmp_path: Path) -> None:
-    code = ("import sys; from mtx.runlock import RunLock; lock = RunLock(sys.argv[1]); lock.acquire(); "
+    code = ("import sys; from mtx.train.run_lock import RunLock; lock = RunLock(sys.argv[1]); lock.acquire(); "
             "print('locked', flush=True); sys.stdin.read(); lock.release()")
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
@@ -237,7 +237,7 @@ def test_of_threads_taking_one_stale_lock_exactly_one_wins(tmp_path: Path) -> No
 
 def test_of_processes_taking_one_stale_lock_exactly_one_wins(tmp_path: Path) -> None:
     # Each process waits for a line on stdin, so all of them are started (imports done) before any tries.
-    code = ("import sys; from mtx.errors import MtxError; from mtx.runlock import RunLock; "
+    code = ("import sys; from mtx.errors import MtxError; from mtx.train.run_lock import RunLock; "
             "lock = RunLock(sys.argv[1]); sys.stdin.readline()\n"
             "try:\n    lock.acquire(); print('won', flush=True); sys.stdin.read(); lock.release()\n"
             "except MtxError:\n    print('refused', flush=True)")

@@ -11,13 +11,12 @@ import torch
 from copy_task import prepared, recipe
 from test_train import FakeClock, events, run_files, scripted_bleu
 
-from mtx import distributed
 from mtx.checkpoint import load_checkpoint
 from mtx.config import ConfigError
 from mtx.data.batching import collate
 from mtx.errors import MtxError
-from mtx.milestones import describe_milestones
-from mtx.train import Trainer, train
+from mtx.train.milestones import describe_milestones
+from mtx.train.trainer import Trainer, distributed, train
 
 
 @pytest.fixture(autouse=True)
@@ -126,13 +125,13 @@ def test_bleu_milestones_must_be_ascending_levels_up_to_100(tmp_path: Path, leve
 def test_tensorboard_without_the_package_is_refused_before_any_work(tmp_path: Path, monkeypatch) -> None:
     """A missing package (an import that fails) stops the run before the data is batched or the model built,
     naming the extra to install; without train.tensorboard nothing imports it."""
-    import mtx.train
+    import mtx.train.trainer
 
     path = prepared(tmp_path, train_pairs=20, valid_pairs=2)
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # `import` of it raises ImportError
     work: list[str] = []
-    monkeypatch.setattr(mtx.train, "training_batches", lambda *a, **k: work.append("batches"))
-    monkeypatch.setattr(mtx.train, "Transformer", lambda *a, **k: work.append("model"))
+    monkeypatch.setattr(mtx.train.trainer, "training_batches", lambda *a, **k: work.append("batches"))
+    monkeypatch.setattr(mtx.train.trainer, "Transformer", lambda *a, **k: work.append("model"))
     with pytest.raises(MtxError, match=r"train.tensorboard is true, but TensorBoard cannot be imported .*"
                                        r"pip install 'mtx\[tensorboard\]', or set train.tensorboard: false"):
         train(recipe(path, tensorboard=True))

@@ -23,7 +23,7 @@ from mtx.checkpoint import load_checkpoint, step_checkpoints
 from mtx.config import TrainConfig, load_recipe, parse_duration
 from mtx.data.prepare import prepare
 from mtx.errors import MtxError
-from mtx.train import learning_rate, train
+from mtx.train.trainer import learning_rate, train
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -65,7 +65,7 @@ def test_learning_rate_schedules() -> None:
 def test_dropout_seeds_differ_for_every_update_rank_and_run() -> None:
     """Each update of each rank draws its own dropout masks, from a seed torch.manual_seed takes (an int in
     [0, 2^63)); the same (seed, step, rank) gives the same masks again after a resume."""
-    from mtx.train import dropout_seed
+    from mtx.train.trainer import dropout_seed
 
     seeds = [dropout_seed(seed, step, rank) for seed in (1, 2) for step in range(1, 2001) for rank in range(8)]
     assert len(set(seeds)) == len(seeds) == 2 * 2000 * 8
@@ -177,8 +177,7 @@ def test_a_signal_during_validation_stops_without_finishing_it(tmp_path: Path, m
     """A pre-emption gives seconds, not a validation's minutes: a signal that arrives while the valid set is
     being decoded abandons the validation (nothing logged for it) and stops on a checkpoint of that step."""
     import mtx.translate
-    from mtx import distributed
-    from mtx.train import Trainer
+    from mtx.train.trainer import Trainer, distributed
 
     path = prepared(tmp_path)
     trainer = Trainer(recipe(path, max_steps=50, validate_every=4, save_every=100), distributed.setup("cpu"))
@@ -199,7 +198,7 @@ KILLED_WHILE_SAVING = """
 import io, os, signal, sys
 import torch
 from mtx.config import load_recipe
-from mtx.train import train
+from mtx.train.trainer import train
 
 save, saves = torch.save, []
 
@@ -301,9 +300,8 @@ def test_a_tiny_model_learns_to_reverse(tmp_path: Path) -> None:
 def test_pairs_too_long_for_the_model_are_left_out_with_a_warning(tmp_path: Path, capfd) -> None:
     """Data prepared for longer positions than the model has: the pairs that do not fit are left out of every
     batch and counted in a warning; the rest trains. One over-long pair never stops a run."""
-    from mtx import distributed
     from mtx.data.batching import pair_costs
-    from mtx.train import Trainer
+    from mtx.train.trainer import Trainer, distributed
 
     path = prepared(tmp_path)
     trainer = Trainer(load_recipe(path, ["model.max_positions=6", "train.max_steps=2"]), distributed.setup("cpu"))
@@ -356,9 +354,8 @@ class HostSyncs(TorchDispatchMode):
 def test_a_micro_batch_never_waits_for_the_device(tmp_path: Path, precision: str) -> None:
     """Forward, loss and backward of a micro-batch queue GPU work without reading anything back: the target
     positions come with the batch, padding is masked by multiplication, sums stay on the device."""
-    from mtx import distributed
     from mtx.data.batching import collate
-    from mtx.train import Trainer
+    from mtx.train.trainer import Trainer, distributed
 
     trainer = Trainer(recipe(prepared(tmp_path), precision=precision), distributed.setup("cpu"))
     (_, indices), *_ = trainer.plan.updates(1)
@@ -376,9 +373,8 @@ def test_compiled_training_matches_eager_without_compiling_each_shape(tmp_path: 
     and builds C++ here as it generates Triton on a GPU: the slowest fast test (most of it compilation)."""
     import torch._dynamo
 
-    from mtx import distributed
     from mtx.data.batching import collate
-    from mtx.train import Trainer
+    from mtx.train.trainer import Trainer, distributed
 
     path = prepared(tmp_path)
     settings = dict(max_steps=6, log_every=1, validate_every=1000, save_every=1000)
@@ -405,7 +401,7 @@ def test_dist_timeout_reaches_both_process_groups(tmp_path: Path, monkeypatch) -
 
     import torch.distributed as dist
 
-    from mtx import distributed
+    from mtx.train import distributed
 
     joined: list[dict] = []
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
@@ -449,21 +445,21 @@ class FakeClock:
     def __init__(self, monkeypatch, per_update: float) -> None:
         import types
 
-        import mtx.keeper
-        import mtx.metrics_log
-        import mtx.train
+        import mtx.train.checkpoints
+        import mtx.train.metrics_log
+        import mtx.train.trainer
 
         self.offset, self.per_update = 0.0, per_update
-        for module in (mtx.train, mtx.keeper, mtx.metrics_log):
+        for module in (mtx.train.trainer, mtx.train.checkpoints, mtx.train.metrics_log):
             monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=self))
-        update = mtx.train.Trainer._train_update
+        update = mtx.train.trainer.Trainer._train_update
 
         def timed_update(trainer, *args, **kwargs):
             stepped = update(trainer, *args, **kwargs)
             self.offset += self.per_update
             return stepped
 
-        monkeypatch.setattr(mtx.train.Trainer, "_train_update", timed_update)
+        monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", timed_update)
 
     def __call__(self) -> float:
         return time.monotonic() + self.offset
@@ -494,8 +490,7 @@ def test_save_every_minutes_saves_by_the_wall_clock(tmp_path: Path, monkeypatch)
 
 
 def test_max_epochs_stops_at_the_end_of_an_epoch_and_resumes_to_the_next(tmp_path: Path, capfd) -> None:
-    from mtx import distributed
-    from mtx.train import Trainer
+    from mtx.train.trainer import Trainer, distributed
 
     path = prepared(tmp_path)
     per_epoch = Trainer(recipe(path), distributed.setup("cpu")).plan.updates_per_epoch
@@ -508,10 +503,10 @@ def test_max_epochs_stops_at_the_end_of_an_epoch_and_resumes_to_the_next(tmp_pat
 
 def scripted_bleu(monkeypatch, scores: list[float]) -> None:
     """Validation BLEU follows `scores`, one per validation; the valid loss is computed for real."""
-    import mtx.validation
+    import mtx.train.validation
 
     remaining = iter(scores)
-    monkeypatch.setattr(mtx.validation.Validator, "_valid_bleu", lambda validator: next(remaining))
+    monkeypatch.setattr(mtx.train.validation.Validator, "_valid_bleu", lambda validator: next(remaining))
 
 
 def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, monkeypatch, capfd) -> None:
@@ -558,9 +553,9 @@ def test_valid_bleu_decodes_with_valid_beam_and_the_recipe_decode_settings(tmp_p
 
 def send_signals_after_update(monkeypatch, step: int, *signums: int) -> None:
     """Deliver `signums` to this process right after update `step`, as a user or a scheduler would."""
-    import mtx.train
+    import mtx.train.trainer
 
-    update = mtx.train.Trainer._train_update
+    update = mtx.train.trainer.Trainer._train_update
 
     def update_then_signal(trainer, *args, **kwargs):
         stepped = update(trainer, *args, **kwargs)
@@ -569,7 +564,7 @@ def send_signals_after_update(monkeypatch, step: int, *signums: int) -> None:
                 os.kill(os.getpid(), signum)
         return stepped
 
-    monkeypatch.setattr(mtx.train.Trainer, "_train_update", update_then_signal)
+    monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", update_then_signal)
 
 
 def test_ctrl_c_stops_on_a_checkpoint_and_a_second_ctrl_c_aborts(tmp_path: Path, monkeypatch, capfd) -> None:
@@ -594,9 +589,9 @@ def test_ctrl_c_stops_on_a_checkpoint_and_a_second_ctrl_c_aborts(tmp_path: Path,
 
 def test_a_loss_that_turns_nan_stops_the_run_with_advice(tmp_path: Path, monkeypatch) -> None:
     """fp32: a NaN loss from update 3 on is caught at the next log line (step 4), with what to change."""
-    import mtx.train
+    import mtx.train.trainer
 
-    loss = mtx.train.batch_loss
+    loss = mtx.train.trainer.batch_loss
 
     def nan_from_step_3(model, batch, smoothing):
         loss_sum, nll_sum, n = loss(model, batch, smoothing)
@@ -605,14 +600,14 @@ def test_a_loss_that_turns_nan_stops_the_run_with_advice(tmp_path: Path, monkeyp
         return loss_sum, nll_sum, n
 
     trainer_steps = [0]
-    update = mtx.train.Trainer._train_update
+    update = mtx.train.trainer.Trainer._train_update
 
     def counted(trainer, *args, **kwargs):
         trainer_steps[0] = trainer.state.step
         return update(trainer, *args, **kwargs)
 
-    monkeypatch.setattr(mtx.train, "batch_loss", nan_from_step_3)
-    monkeypatch.setattr(mtx.train.Trainer, "_train_update", counted)
+    monkeypatch.setattr(mtx.train.trainer, "batch_loss", nan_from_step_3)
+    monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", counted)
     path = prepared(tmp_path)
     with pytest.raises(MtxError, match=r"Training diverged at step 4 \(loss nan\): lower train.lr.*--restart"):
         train(recipe(path, max_steps=1000, log_every=2, save_every=1000))
@@ -622,13 +617,13 @@ def test_a_loss_that_turns_nan_stops_the_run_with_advice(tmp_path: Path, monkeyp
 def test_fp16_gives_up_when_the_loss_scale_collapses(tmp_path: Path, monkeypatch) -> None:
     """fp16 with gradients that are inf at every scale: each update is skipped and the scale halved, and once
     it falls below MIN_LOSS_SCALE the run stops with advice instead of skipping forever. No update counts."""
-    import mtx.train
-    from mtx.train import MIN_LOSS_SCALE
+    import mtx.train.trainer
+    from mtx.train.trainer import MIN_LOSS_SCALE
 
-    loss, update = mtx.train.batch_loss, mtx.train.Trainer._train_update
+    loss, update = mtx.train.trainer.batch_loss, mtx.train.trainer.Trainer._train_update
     updates: list[int] = []
-    monkeypatch.setattr(mtx.train, "batch_loss", lambda *args: (loss(*args)[0] * math.inf, *loss(*args)[1:]))
-    monkeypatch.setattr(mtx.train.Trainer, "_train_update", lambda *args: updates.append(1) or update(*args))
+    monkeypatch.setattr(mtx.train.trainer, "batch_loss", lambda *args: (loss(*args)[0] * math.inf, *loss(*args)[1:]))
+    monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", lambda *args: updates.append(1) or update(*args))
     path = prepared(tmp_path)
     with pytest.raises(MtxError, match=r"Training diverged at step 0: the fp16 loss scale fell below 0.0001"):
         train(recipe(path, max_steps=1000, precision="fp16", log_every=1))
@@ -700,9 +695,9 @@ def test_a_metrics_line_torn_by_a_kill_is_dropped_on_resume(tmp_path: Path) -> N
 def test_a_rank_stops_when_another_rank_was_signalled(tmp_path: Path, monkeypatch, capfd) -> None:
     """Only one rank of a job may get the signal (a node's scheduler); the others learn it in `_agree`'s
     all-reduce and stop at the same update, on the same checkpoint."""
-    import mtx.train
+    import mtx.train.trainer
 
-    reduce = mtx.train.distributed.all_reduce_sum
+    reduce = mtx.train.trainer.distributed.all_reduce_sum
     agreed: list[int] = []
 
     def another_rank_signalled_at_the_third(values: torch.Tensor) -> torch.Tensor:
@@ -713,7 +708,7 @@ def test_a_rank_stops_when_another_rank_was_signalled(tmp_path: Path, monkeypatc
                 total[1] += 1
         return total
 
-    monkeypatch.setattr(mtx.train.distributed, "all_reduce_sum", another_rank_signalled_at_the_third)
+    monkeypatch.setattr(mtx.train.trainer.distributed, "all_reduce_sum", another_rank_signalled_at_the_third)
     path = prepared(tmp_path)
     assert train(recipe(path, max_steps=1000, save_every=1000)).step == 2
     assert "Training stopped at step 2: stopped by a signal to another rank." in capfd.readouterr().err
@@ -722,21 +717,20 @@ def test_a_rank_stops_when_another_rank_was_signalled(tmp_path: Path, monkeypatc
 
 def test_a_signal_during_the_valid_loss_skips_decoding(tmp_path: Path, monkeypatch) -> None:
     """The valid loss comes first; a stop signal that arrives during it must not start the decoding."""
+    import mtx.train.validation
     import mtx.translate
-    import mtx.validation
-    from mtx import distributed
-    from mtx.train import Trainer
+    from mtx.train.trainer import Trainer, distributed
 
     path = prepared(tmp_path)
     trainer = Trainer(recipe(path, max_steps=50, validate_every=4, save_every=100), distributed.setup("cpu"))
-    loss = mtx.validation.batch_loss
+    loss = mtx.train.validation.batch_loss
 
     def signal_arrives(model, batch, smoothing):
         if not model.training:
             trainer.signals.received = "SIGTERM"
         return loss(model, batch, smoothing)
 
-    monkeypatch.setattr(mtx.validation, "batch_loss", signal_arrives)
+    monkeypatch.setattr(mtx.train.validation, "batch_loss", signal_arrives)
     monkeypatch.setattr(mtx.translate, "translate_sentences", lambda *a, **k: pytest.fail("decoding started"))
     assert trainer.fit().step == 4
     assert events(run_files(path)[1], "valid") == []

@@ -311,7 +311,7 @@ class Transformer(nn.Module):
 
     def output_logits(self, h: Tensor) -> Tensor:
         """logits = h · Eᵀ: the pre-softmax projection shares the target embedding matrix E (§3.4), with no bias.
-        Training projects in its loss instead (`mtx.loss.projected_label_smoothed_loss`)."""
+        Training projects in its loss instead (`mtx.train.loss.projected_label_smoothed_loss`)."""
         if self.output_proj is not None:
             return self.output_proj(h)
         return fast_paths.tied_projection(h, self.tgt_embed.weight)
@@ -337,7 +337,7 @@ class Transformer(nn.Module):
         with the batch, rather than a boolean mask here, keep the GPU from waiting for the mask's count.
 
         `project=False` returns the final decoder states instead of their logits, (B, T, D) or (N, D): the
-        training loss (`mtx.loss.projected_label_smoothed_loss`) projects them itself, a chunk at a time.
+        training loss (`mtx.train.loss.projected_label_smoothed_loss`) projects them itself, a chunk at a time.
         """
         self.check_length(tgt_in.shape[1], "target")
         memory = self.encode(src, src_pad)

@@ -1,6 +1,6 @@
 """A training run's folder as `mtx report` reads it: its metrics.jsonl, data manifest, checkpoint and score cards.
 
-    metrics.jsonl          the events the trainer logged: "train", "valid" and "milestone" lines (mtx.metrics_log)
+    metrics.jsonl          the events the trainer logged: "train", "valid" and "milestone" lines (mtx.train.metrics_log)
     data/manifest.json     what `mtx prepare` read, dropped and kept (mtx.data.prepare)
     checkpoints/last.pt    the recipe and the model's shape, hence its size; the training clock
     score*.json            `mtx score --json` cards saved beside the run

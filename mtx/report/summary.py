@@ -2,7 +2,7 @@
 recipe keys that set runs apart. The page and the terminal both show these, so they say the same.
 
 Time to BLEU is when validation BLEU first reached a level: the trainer's milestone line for that level where
-it wrote one (train.bleu_milestones, mtx.milestones), else the first valid line that reached it, with its
+it wrote one (train.bleu_milestones, mtx.train.milestones), else the first valid line that reached it, with its
 training clock where the line has one (runs logged before mtx recorded the clock have steps only).
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mtx.milestones import format_duration, format_gpu_hours
 from mtx.report.run_folder import Run
+from mtx.train.milestones import format_duration, format_gpu_hours
 
 NOT_RECORDED = "not recorded"
 

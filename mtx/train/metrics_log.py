@@ -1,5 +1,5 @@
 """What a training run reports: metrics.jsonl, its lines echoed on stderr, a progress bar, and (if the recipe
-asks for it) TensorBoard event files (mtx.tensorboard_log), from rank 0.
+asks for it) TensorBoard event files (mtx.train.tensorboard_log), from rank 0.
 
 The train line averages the loss over the updates since the last one (the loss window). Every rank sums its
 updates' loss and nll on the device, since reading them back at each update would make the host wait for the
@@ -28,10 +28,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from torch import Tensor
 
-from mtx import distributed
 from mtx.errors import MtxError
 from mtx.files import atomic_write_text
-from mtx.tensorboard_log import TensorBoardLog
+from mtx.train import distributed
+from mtx.train.tensorboard_log import TensorBoardLog
 
 
 class MetricsLog:

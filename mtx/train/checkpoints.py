@@ -24,13 +24,13 @@ from typing import Any
 
 import torch
 
-from mtx import distributed
 from mtx.checkpoint import load_checkpoint, make_checkpoint, model_config_of, save_checkpoint, step_checkpoints
 from mtx.config import Recipe
 from mtx.errors import MtxError
 from mtx.files import atomic_write
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
+from mtx.train import distributed
 
 SHAPE_KEYS = ("layers_enc", "layers_dec", "d_model", "heads", "d_ff", "norm", "share_embeddings", "max_positions")
 

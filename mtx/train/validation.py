@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from mtx import distributed
 from mtx.config import Recipe
 from mtx.data.batching import collate
-from mtx.loss import batch_loss
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
-from mtx.train_data import ValidSet
+from mtx.train import distributed
+from mtx.train.loss import batch_loss
+from mtx.train.run_data import ValidSet
 
 if TYPE_CHECKING:
-    from mtx.train import StopSignals
+    from mtx.train.trainer import StopSignals
 
 VALID_CHUNK = 200  # valid sentences decoded between two looks at the stop signals
 

@@ -8,16 +8,16 @@ grad scaler skips (inf/NaN gradients) is not an update: the step and the schedul
 
 Everything a resumed run needs is the model, the optimizer, the grad scaler, `TrainState` — the step, the
 position inside the epoch, the best score, the clock, the tokens trained on, the BLEU milestones reached
-(mtx.milestones) — and the open loss window of the log (mtx.keeper saves them). The batch order is a pure
-function of (seed, epoch) and dropout is reseeded at every update from (seed, step, rank), so no RNG state has
-to be carried over: a run stopped and resumed draws the very same batches and dropout masks as a run that
-never stopped.
+(mtx.train.milestones) — and the open loss window of the log (mtx.train.checkpoints saves them). The batch
+order is a pure function of (seed, epoch) and dropout is reseeded at every update from (seed, step, rank),
+so no RNG state has to be carried over: a run stopped and resumed draws the very same batches and dropout
+masks as a run that never stopped.
 
 The loop checks its budgets (max_steps, max_epochs, max_time, patience) and the stop signals between updates,
 the ranks agreeing through the same all-reduce (on the host) that sums the update's token count; a signal also
-cuts a validation short (mtx.validation). On stopping it writes the checkpoint of that step first and returns,
+cuts a validation short (mtx.train.validation). On stopping it writes the checkpoint of that step first and returns,
 and running the same command again resumes. While the GPU computes an update, a background thread collates the
-next. What the run reports goes to metrics.jsonl, stderr and TensorBoard (mtx.metrics_log).
+next. What the run reports goes to metrics.jsonl, stderr and TensorBoard (mtx.train.metrics_log).
 """
 
 from __future__ import annotations
@@ -39,21 +39,21 @@ from rich.console import Console
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from mtx import distributed
 from mtx.config import ModelConfig, Recipe, TrainConfig, parse_duration
 from mtx.data.batching import Batch, BatchPlan, collate, in_background
 from mtx.data.prepared import load_manifest, load_split
 from mtx.devices import available_memory, choose_dtype
 from mtx.errors import MtxError, is_out_of_memory
-from mtx.keeper import CheckpointKeeper
-from mtx.loss import batch_loss
-from mtx.metrics_log import MetricsLog
-from mtx.milestones import describe_milestones, milestones_reached
 from mtx.model.transformer import Transformer, count_parameters_for
-from mtx.runlock import RunLock
 from mtx.tokenizer import Tokenizer
-from mtx.train_data import check_data_matches_recipe, load_valid_set, training_batches
-from mtx.validation import Validator
+from mtx.train import distributed
+from mtx.train.checkpoints import CheckpointKeeper
+from mtx.train.loss import batch_loss
+from mtx.train.metrics_log import MetricsLog
+from mtx.train.milestones import describe_milestones, milestones_reached
+from mtx.train.run_data import check_data_matches_recipe, load_valid_set, training_batches
+from mtx.train.run_lock import RunLock
+from mtx.train.validation import Validator
 
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGHUP")  # SIGUSR1: SLURM's --signal=USR1@T warning, via torchrun
 MIN_LOSS_SCALE = 1e-4  # fp16: a grad scaler halved this far finds inf/NaN gradients at any scale (fairseq's limit)
@@ -148,9 +148,9 @@ class StopSignals:
 class Trainer:
     """Builds the run from the recipe and its prepared data, resumes it if it has checkpoints, and trains.
 
-    Its parts: the batch plan (mtx.data.batching), the validator (mtx.validation), the checkpoint keeper
-    (mtx.keeper) and the metrics log (mtx.metrics_log); the trainer holds the model, the optimizer and the
-    state, and decides, update by update, what comes next.
+    Its parts: the batch plan (mtx.data.batching), the validator (mtx.train.validation), the checkpoint
+    keeper (mtx.train.checkpoints) and the metrics log (mtx.train.metrics_log); the trainer holds the model,
+    the optimizer and the state, and decides, update by update, what comes next.
     """
 
     def __init__(self, recipe: Recipe, ctx: distributed.Context, restart: bool = False) -> None:
@@ -415,7 +415,7 @@ _NO_BUFFER_SYNC = ({"forward_sync_buffers": False}
 def train(recipe: Recipe, restart: bool = False) -> TrainState:
     """Train `recipe` on its prepared data in this process (one of many under torchrun).
 
-    Rank 0 holds the run directory's lock (mtx.runlock) for the whole run, and tells the other ranks if it
+    Rank 0 holds the run directory's lock (mtx.train.run_lock) for the whole run, and tells the other ranks if it
     cannot take it, so that all of them refuse together.
     """
     ctx = distributed.setup(recipe.train.device, parse_duration(recipe.train.dist_timeout, "train.dist_timeout"))
