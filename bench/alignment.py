@@ -25,8 +25,8 @@ import torch
 from common import emit_info, set_threads
 
 from mtx.aer import AlignmentCounts, corpus_counts, diagonal, read_gold, reference_attention
-from mtx.alignment import default_alignment_layer
 from mtx.checkpoint import load_model
+from mtx.decode.alignment import default_alignment_layer
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
     .venv/bin/python bench/alignment_cost.py [--checkpoint runs/demo/average.pt] [--repeats 5]
 
 The sentences are the checkpoint's run's test set (runs/demo/data/test.en after `make demo`), translated by
-`mtx.translate.Translator` as `mtx translate` translates them, beam 4, on 2 threads (batches decoded side by
+`mtx.decode.translator.Translator` as `mtx translate` translates them, beam 4, on 2 threads (batches decoded side by
 side, one thread each), with and without word alignments from the default alignment layer. Two models:
 
   trained       the checkpoint itself, whose translations end where the model ends them
@@ -28,12 +28,12 @@ from pathlib import Path
 from common import build_model, emit, emit_info, set_threads, time_interleaved
 from prepare import write_corpus
 
-from mtx.alignment import default_alignment_layer
 from mtx.checkpoint import load_model
 from mtx.config import DecodeConfig
+from mtx.decode.alignment import default_alignment_layer
+from mtx.decode.translator import Translator
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
-from mtx.translate import Translator
 
 BAR = 1.15  # the bound on aligned / plain time
 

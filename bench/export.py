@@ -5,7 +5,7 @@
 The model is exported with `mtx export --to ctranslate2` (mtx.export) into a temporary folder, float32 and int8,
 and the demo test set (runs/demo/data/test.en) is translated with beam 4 and the recipe's length penalty by:
 
-  mtx.fp32 / mtx.int8   `mtx.translate.Translator` (what `mtx translate` runs), --dtype fp32 / int8
+  mtx.fp32 / mtx.int8   `mtx.decode.translator.Translator` (what `mtx translate` runs), --dtype fp32 / int8
   ct2.fp32 / ct2.int8   `ctranslate2.Translator` on the exported folders, with the exported tokenizer, batches of
                         4096 tokens as mtx's --batch-tokens, one worker on all the threads
 
@@ -29,9 +29,9 @@ from common import emit, emit_info, emit_skip, peers_missing, set_threads, time_
 
 from mtx.checkpoint import load_model
 from mtx.config import DecodeConfig
+from mtx.decode.translator import Translator, prepare_model
 from mtx.export import export_checkpoint
 from mtx.score import corpus_bleu
-from mtx.translate import Translator, prepare_model
 
 BLEU_BAR = 0.5  # a quantized export's BLEU at most this far below mtx's
 

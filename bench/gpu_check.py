@@ -618,15 +618,15 @@ def train_watching_bleu(stage: Stage, sets: list[str], run_dir: Path, gate: floa
 
 
 def translate_speed(stage: Stage) -> None:
-    """Beam-4 sentences/s of the demo model on its test set, in-process through mtx.translate's Translator,
+    """Beam-4 sentences/s of the demo model on its test set, in-process through mtx.decode.translator's Translator,
     bf16 and fp16; then CTranslate2 on the same weights if it is installed."""
     import torch
     from common import synchronize
 
     from mtx.checkpoint import load_model
     from mtx.config import DecodeConfig
+    from mtx.decode.translator import Translator, prepare_model
     from mtx.score import corpus_bleu
-    from mtx.translate import Translator, prepare_model
 
     run_dir = stage.out / "demo"
     checkpoint = next((p for p in (run_dir / "average.pt", run_dir / "checkpoints" / "last.pt") if p.is_file()), None)

@@ -9,9 +9,9 @@ forces: 31 decoder steps), Marian with min_new_tokens 30 and max_new_tokens 31 w
 31 steps), CTranslate2 with min_decoding_length 30 and max_decoding_length 31 (31 steps; it does not force the
 EOS, so its 31st token is free). Sentences/s and tokens/s (30 per sentence) are printed for:
 
-  mtx fp32 / int8      `mtx.search.search` on token tensors, the batches spread over the threads as
-                       `mtx translate` spreads them (`mtx.translate.decoding_workers`: two batches at a time
-                       on one thread each); int8 is `mtx.translate.prepare_model(..., "int8")`
+  mtx fp32 / int8      `mtx.decode.search.search` on token tensors, the batches spread over the threads as
+                       `mtx translate` spreads them (`mtx.decode.translator.decoding_workers`: two batches at a time
+                       on one thread each); int8 is `mtx.decode.translator.prepare_model(..., "int8")`
   marian fp32          `MarianMTModel.generate` (SDPA attention) holding mtx's weights, one batch at a time
   ct2 fp32 / int8      CTranslate2's Translator on mtx's weights (mtx.export.ctranslate2; compute_type float32 / int8),
                        one batch at a time on both threads (inter_threads 1, intra_threads 2)
@@ -47,11 +47,11 @@ from common import (
 )
 from torch import Tensor
 
+from mtx.decode.search import search
+from mtx.decode.translator import decoding_workers, map_in_threads, prepare_model
 from mtx.export.ctranslate2 import convert_to_ctranslate2
 from mtx.export.marian import marian_from_mtx
-from mtx.search import search
 from mtx.tokenizer import BOS, EOS, PAD
-from mtx.translate import decoding_workers, map_in_threads, prepare_model
 
 Batches = list[tuple[Tensor, Tensor]]  # (src, src_pad) per batch
 Decoder = Callable[[int], list[list[int]]]  # beam size → the output tokens of every sentence, in batch order
@@ -115,7 +115,7 @@ def length_sorted_batches(sentences: int, batch: int, vocab: int) -> Batches:
 
 
 def mtx_decoder(model: torch.nn.Module, batches: Batches, args: argparse.Namespace) -> Decoder:
-    """`mtx.search.search` on each batch, the batches spread over the threads as `mtx translate` spreads them."""
+    """`mtx.decode.search.search` on each batch, the batches spread over the threads as `mtx translate` spreads them."""
     workers, threads_each = decoding_workers(torch.device("cpu"), args.threads, len(batches))
 
     def decode(beam: int) -> list[list[int]]:

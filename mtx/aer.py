@@ -14,7 +14,7 @@ Gold lines are Pharaoh lines, "i-j" for a sure link and "ipj" for a possible one
 0-based), the convention of the alignment-scripts of Zenkel et al. (2019), which the demo's gold alignments
 follow (mtx.data.demo.words).
 
-The alignments measured are a model's, made as `mtx translate --alignment` makes them (mtx.alignment), but of
+The alignments measured are a model's, made as `mtx translate --alignment` makes them (mtx.decode.alignment), but of
 the reference translation forced through the decoder: the gold links are over the reference's words, which a
 model's own translation may not have. A monotone diagonal is the baseline they must beat.
 """
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mtx.alignment import Alignment, hard_alignments, word_attention, word_count
 from mtx.attention import attention_maps
 from mtx.data.batching import padded
+from mtx.decode.alignment import Alignment, hard_alignments, word_attention, word_count
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer, normalize_text
@@ -113,7 +113,7 @@ class PairAttention:
     --alignment` pools it: (layers, heads, target words, source words)."""
 
     words: Tensor
-    source_words: list[int | None]  # each source token's word, as mtx.alignment takes them
+    source_words: list[int | None]  # each source token's word, as mtx.decode.alignment takes them
     target_words: list[int | None]
 
     def links(self, attention: Tensor) -> Alignment:

@@ -5,7 +5,7 @@ most paths: it returns the attended values and never the weights. This module ru
 `Transformer.forward` again with the model's own modules and weights (its projections, residual connections,
 LayerNorms and feed-forward blocks), and writes out only the attention itself, softmax(Q Kᵀ / √Dh) V (§3.2.1),
 so that the weights can be kept. The model's code is untouched and its translations pay nothing: this path runs
-only when asked for (`mtx translate --alignment`, mtx.alignment).
+only when asked for (`mtx translate --alignment`, mtx.decode.alignment).
 
 Weights are kept batch first, then layer, then head, then query, then key:
 

@@ -299,7 +299,7 @@ def translate(
 
     Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
     """
-    from mtx.translate_lines import translate_file
+    from mtx.decode.command import translate_file
 
     chosen = dict(beam=beam, lenpen=lenpen, lenpen_style=lenpen_style, max_len_a=max_len_a, max_len_b=max_len_b,
                   min_len=min_len, nbest=nbest)

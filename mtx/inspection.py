@@ -27,12 +27,12 @@ from torch import Tensor
 
 from mtx.attention import attention_maps
 from mtx.config import DecodeConfig
+from mtx.decode.search import length_penalty
+from mtx.decode.translator import Translator
 from mtx.errors import MtxError
 from mtx.head_stats import HeadStats, head_statistics, is_punctuation
 from mtx.model.transformer import Transformer
-from mtx.search import length_penalty
 from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, Tokenizer, normalize_text, word_of_each_piece
-from mtx.translate import Translator
 
 Kind = Literal["encoder", "decoder", "cross"]
 KINDS: tuple[Kind, ...] = ("encoder", "decoder", "cross")

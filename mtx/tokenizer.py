@@ -199,7 +199,7 @@ class Tokenizer:
     def word_of_each_token(self, ids: Iterable[int]) -> list[int | None]:
         """For each token, the index of its word among the whitespace-separated words of
         `normalize_text(decode(ids))`, or None for a token that is part of no word (a special token, a lone
-        space): what pooling subword attention to words needs (mtx.alignment)."""
+        space): what pooling subword attention to words needs (mtx.decode.alignment)."""
         ids = list(ids)
         owners = word_of_each_piece(self.pieces(ids))
         return [None if i < len(SPECIAL_TOKENS) else owner for i, owner in zip(ids, owners, strict=True)]

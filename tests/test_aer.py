@@ -75,10 +75,10 @@ def test_the_default_layer_aligns_clearly_better_than_the_diagonal(tmp_path) -> 
     from rich.console import Console
 
     from mtx.aer import diagonal, reference_attention
-    from mtx.alignment import default_alignment_layer
     from mtx.checkpoint import load_model, step_checkpoints
     from mtx.config import load_recipe
     from mtx.data.prepare import prepare
+    from mtx.decode.alignment import default_alignment_layer
     from mtx.train.trainer import train
 
     path = tmp_path / "aer.yaml"

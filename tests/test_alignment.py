@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from mtx.alignment import default_alignment_layer, hard_alignments, pharaoh, word_attention
-from mtx.translate import Translation
-from mtx.translate_lines import format_nbest
+from mtx.decode.alignment import default_alignment_layer, hard_alignments, pharaoh, word_attention
+from mtx.decode.command import format_nbest
+from mtx.decode.translator import Translation
 
 
 def test_pooling_sums_over_source_subwords_and_averages_over_target_subwords() -> None:

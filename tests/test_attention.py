@@ -9,8 +9,8 @@ import torch
 
 from mtx.attention import attention_maps, cross_attention
 from mtx.config import ModelConfig, resolve_model
+from mtx.decode.translator import prepare_model
 from mtx.model.transformer import Transformer
-from mtx.translate import prepare_model
 
 VOCAB = 50
 LENGTHS = (7, 4, 9)  # source lengths: the shorter two are padded

@@ -20,10 +20,10 @@ from torch import Tensor
 
 import mtx.train.loss as loss_module
 from mtx.config import ModelConfig, resolve_model
+from mtx.decode.translator import prepare_model
 from mtx.model.transformer import MultiHeadAttention, Transformer
 from mtx.tokenizer import BOS, PAD
 from mtx.train.loss import label_smoothed_loss, projected_label_smoothed_loss
-from mtx.translate import prepare_model
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (PyTorch sees none)")]

@@ -1,4 +1,4 @@
-"""Ensemble decoding (mtx.ensemble): the averaging rule on scripted distributions, ensembles of real models
+"""Ensemble decoding (mtx.decode.ensemble): the averaging rule on scripted distributions, ensembles of real models
 searched step by step, and `mtx translate` with several -m on two copy-task models trained with different seeds."""
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from copy_task import prepared, recipe
 from test_search import VOCAB, ScriptedModel, decode
 from test_translate import translate_cli
 
-import mtx.translate
-import mtx.translate_lines
-from mtx.alignment import align_hypotheses
+import mtx.decode.command
+import mtx.decode.translator
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config import DecodeConfig, ModelConfig, resolve_model
-from mtx.ensemble import Ensemble, average_distributions, load_models
+from mtx.decode.alignment import align_hypotheses
+from mtx.decode.ensemble import Ensemble, average_distributions, load_models
+from mtx.decode.search import Hypothesis, beam_search, search
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
-from mtx.search import Hypothesis, beam_search, search
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
 from mtx.train.trainer import train
 
@@ -170,13 +170,13 @@ def test_the_memory_check_counts_every_model(pair: dict, monkeypatch) -> None:
     """With memory for one model's cache but not for two, the model alone translates and the ensemble is
     refused before it starts."""
     sentence = " ".join(pair["sources"][:4])
-    alone = mtx.translate.Translator(pair["models"][0], pair["tokenizer"], DECODE)
-    both = mtx.translate.Translator(pair["models"], pair["tokenizer"], DECODE)
+    alone = mtx.decode.translator.Translator(pair["models"][0], pair["tokenizer"], DECODE)
+    both = mtx.decode.translator.Translator(pair["models"], pair["tokenizer"], DECODE)
     source = len(pair["tokenizer"].encode(sentence)) + 1
     limit = alone._output_limit(source - 1)
     one, two = alone._batch_bytes(1, source, limit), both._batch_bytes(1, source, limit)
     assert two > one
-    monkeypatch.setattr(mtx.translate, "available_memory", lambda device: (one + two) // 2)
+    monkeypatch.setattr(mtx.decode.translator, "available_memory", lambda device: (one + two) // 2)
     assert alone.translate([sentence])[0]
     with pytest.raises(MtxError, match="Beam 4 needs about"):
         both.translate([sentence])
@@ -186,7 +186,7 @@ def test_an_ensemble_aligns_with_its_first_model(pair: dict) -> None:
     """--alignment with an ensemble: the hypotheses the ensemble chose, aligned by the first model's
     cross-attention."""
     first, tokenizer, sentences = pair["models"][0], pair["tokenizer"], pair["sources"][:5]
-    translator = mtx.translate.Translator(pair["models"], tokenizer, DECODE, alignment_layer=0)
+    translator = mtx.decode.translator.Translator(pair["models"], tokenizer, DECODE, alignment_layer=0)
     results = translator.translate(sentences)
     for sentence, nbest in zip(sentences, results, strict=True):
         ids = [*tokenizer.encode(sentence), EOS]
@@ -216,9 +216,9 @@ def test_checkpoints_with_different_tokenizers_are_refused_by_name(pair: dict, t
 def test_translate_with_two_models_decodes_their_ensemble(pair: dict, monkeypatch) -> None:
     """Two -m print what the library's ensemble of the two gives, which is neither model's own output (the
     seeds made two different models), and --dtype int8 reaches both."""
-    made: list[mtx.translate.Translator] = []
+    made: list[mtx.decode.translator.Translator] = []
 
-    class Recorded(mtx.translate.Translator):
+    class Recorded(mtx.decode.translator.Translator):
         def __post_init__(self) -> None:
             super().__post_init__()
             made.append(self)
@@ -227,12 +227,12 @@ def test_translate_with_two_models_decodes_their_ensemble(pair: dict, monkeypatc
     args = ["-i", str(pair["input"]), "--threads", "1", "--device", "cpu", "--beam", "4", "--lenpen", "0.6"]
     result, both = translate_cli(["-m", first, "-m", second, *args])
     assert result.exit_code == 0
-    expected = mtx.translate.Translator(pair["models"], pair["tokenizer"], DECODE).translate(pair["sources"])
+    expected = mtx.decode.translator.Translator(pair["models"], pair["tokenizer"], DECODE).translate(pair["sources"])
     assert both == [nbest[0].text for nbest in expected]
     alone = [translate_cli(["-m", path, *args])[1] for path in (first, second)]
     assert both != alone[0] and both != alone[1]
 
-    monkeypatch.setattr(mtx.translate_lines, "Translator", Recorded)
+    monkeypatch.setattr(mtx.decode.command, "Translator", Recorded)
     result, _ = translate_cli(["-m", first, "-m", second, *args, "--dtype", "int8"])
     assert result.exit_code == 0
     [translator] = made

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from mtx.config import ModelConfig, resolve_model
+from mtx.decode.translator import prepare_model
 from mtx.model.transformer import SequenceTooLongError, Transformer, count_parameters, count_parameters_for
-from mtx.translate import prepare_model
 
 VOCAB = 50
 

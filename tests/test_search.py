@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from mtx.config import ModelConfig, resolve_model
-from mtx.model.transformer import Transformer
-from mtx.search import (
+from mtx.decode.search import (
     DecoderCache,
     IncrementalDecoder,
     beam_search,
@@ -22,6 +21,7 @@ from mtx.search import (
     search,
     top_candidates,
 )
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import EOS, PAD
 
 A, B, C = 3, 4, 5  # three ordinary tokens after PAD, BOS, EOS, UNK
@@ -316,7 +316,7 @@ def test_row_topk_equals_topk(columns: int, k: int) -> None:
 def test_search_passes_every_option_to_the_search_it_chooses(beam: int, monkeypatch) -> None:
     """`search` is what translate and validation call: beam 1 is greedy search, with the same options; wider
     beams are beam search. Its defaults are those of the two searches: no minimum length, the best only."""
-    import mtx.search
+    import mtx.decode.search
 
     src, src_pad = sources(6)
     max_len = torch.full((6,), 8)
@@ -328,8 +328,9 @@ def test_search_passes_every_option_to_the_search_it_chooses(beam: int, monkeypa
     assert all(len(h.tokens) >= 3 for n in got for h in n)
 
     called: list[str] = []
-    monkeypatch.setattr(mtx.search, "greedy_search", lambda *a, **k: called.append("greedy") or greedy_search(*a, **k))
-    monkeypatch.setattr(mtx.search, "beam_search", lambda *a, **k: called.append("beam") or beam_search(*a, **k))
+    module = mtx.decode.search
+    monkeypatch.setattr(module, "greedy_search", lambda *a, **k: called.append("greedy") or greedy_search(*a, **k))
+    monkeypatch.setattr(module, "beam_search", lambda *a, **k: called.append("beam") or beam_search(*a, **k))
     ends_at_once = ScriptedModel(lambda sentence, prefix: {EOS: 0.9, A: 0.1} if not prefix else {EOS: 1.0})
     [defaults] = search(ends_at_once, *sources(1), torch.tensor([10]), beam=beam, lenpen=0.0)
     assert called == ["greedy" if beam == 1 else "beam"]

@@ -99,7 +99,7 @@ def test_learns_merges_for_frequent_words(tokenizer: Tokenizer) -> None:
     assert len(tokenizer.encode("The man sees the dog in the park.")) < 12
 
 
-# ---- which word of the decoded text each token belongs to (word alignments, mtx.alignment)
+# ---- which word of the decoded text each token belongs to (word alignments, mtx.decode.alignment)
 
 # Words the vocabulary cuts into several subwords, punctuation attached to words, non-ASCII letters,
 # an emoji and CJK characters (spelled as bytes: no merge covers them), and a combining accent.

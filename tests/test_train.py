@@ -176,18 +176,18 @@ def test_a_stop_signal_saves_the_step_it_stopped_at_and_exits_0(tmp_path: Path, 
 def test_a_signal_during_validation_stops_without_finishing_it(tmp_path: Path, monkeypatch) -> None:
     """A pre-emption gives seconds, not a validation's minutes: a signal that arrives while the valid set is
     being decoded abandons the validation (nothing logged for it) and stops on a checkpoint of that step."""
-    import mtx.translate
+    import mtx.decode.translator
     from mtx.train.trainer import Trainer, distributed
 
     path = prepared(tmp_path)
     trainer = Trainer(recipe(path, max_steps=50, validate_every=4, save_every=100), distributed.setup("cpu"))
-    decode = mtx.translate.translate_sentences
+    decode = mtx.decode.translator.translate_sentences
 
     def signal_arrives(*args, **kwargs):
         trainer.signals.received = "SIGTERM"
         return decode(*args, **kwargs)
 
-    monkeypatch.setattr(mtx.translate, "translate_sentences", signal_arrives)
+    monkeypatch.setattr(mtx.decode.translator, "translate_sentences", signal_arrives)
     assert trainer.fit().step == 4
     checkpoints, metrics = run_files(path)
     assert [step for step, _ in step_checkpoints(checkpoints)] == [4]
@@ -273,8 +273,8 @@ def test_a_tiny_model_learns_to_reverse(tmp_path: Path) -> None:
     """
     from mtx.checkpoint import load_model
     from mtx.config import DecodeConfig
+    from mtx.decode.translator import translate_sentences
     from mtx.score import corpus_bleu
-    from mtx.translate import translate_sentences
 
     raw = base_recipe(tmp_path, train_pairs=4000, valid_pairs=100)
     test_files = write_pairs(tmp_path / "text", "test", 300, seed=3)
@@ -534,17 +534,17 @@ def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, 
 
 
 def test_valid_bleu_decodes_with_valid_beam_and_the_recipe_decode_settings(tmp_path: Path, monkeypatch) -> None:
-    import mtx.translate
+    import mtx.decode.translator
     from mtx.config import DecodeConfig
 
     calls: list[DecodeConfig] = []
-    decode = mtx.translate.translate_sentences
+    decode = mtx.decode.translator.translate_sentences
 
     def recorded(model, tokenizer, sources, options):
         calls.append(options)
         return decode(model, tokenizer, sources, options)
 
-    monkeypatch.setattr(mtx.translate, "translate_sentences", recorded)
+    monkeypatch.setattr(mtx.decode.translator, "translate_sentences", recorded)
     path = prepared(tmp_path)
     train(recipe(path, "decode.lenpen=0.3", "decode.lenpen_style=fairseq", "decode.max_len_b=7", max_steps=2,
                  validate_every=2, valid_beam=3))
@@ -717,8 +717,8 @@ def test_a_rank_stops_when_another_rank_was_signalled(tmp_path: Path, monkeypatc
 
 def test_a_signal_during_the_valid_loss_skips_decoding(tmp_path: Path, monkeypatch) -> None:
     """The valid loss comes first; a stop signal that arrives during it must not start the decoding."""
+    import mtx.decode.translator
     import mtx.train.validation
-    import mtx.translate
     from mtx.train.trainer import Trainer, distributed
 
     path = prepared(tmp_path)
@@ -731,6 +731,6 @@ def test_a_signal_during_the_valid_loss_skips_decoding(tmp_path: Path, monkeypat
         return loss(model, batch, smoothing)
 
     monkeypatch.setattr(mtx.train.validation, "batch_loss", signal_arrives)
-    monkeypatch.setattr(mtx.translate, "translate_sentences", lambda *a, **k: pytest.fail("decoding started"))
+    monkeypatch.setattr(mtx.decode.translator, "translate_sentences", lambda *a, **k: pytest.fail("decoding started"))
     assert trainer.fit().step == 4
     assert events(run_files(path)[1], "valid") == []

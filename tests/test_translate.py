@@ -17,18 +17,18 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-import mtx.search
-import mtx.translate
-import mtx.translate_lines
+import mtx.decode.command
+import mtx.decode.search
+import mtx.decode.translator
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.cli import app
 from mtx.config import DecodeConfig, ModelConfig, resolve_model
+from mtx.decode.command import read_ahead
+from mtx.decode.search import Hypothesis, search
+from mtx.decode.translator import Translator, decoding_workers, map_in_threads, prepare_model, translate_sentences
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
-from mtx.search import Hypothesis, search
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
-from mtx.translate import Translator, decoding_workers, map_in_threads, prepare_model, translate_sentences
-from mtx.translate_lines import read_ahead
 
 WORDS = ["red", "green", "blue", "cat", "dog", "bird", "one", "two", "three", "house", "tree", "river"]
 MAX_POSITIONS = 64
@@ -223,7 +223,7 @@ def translators(monkeypatch) -> list[Translator]:
             super().__post_init__()
             made.append(self)
 
-    monkeypatch.setattr(mtx.translate_lines, "Translator", Recorded)
+    monkeypatch.setattr(mtx.decode.command, "Translator", Recorded)
     return made
 
 
@@ -245,13 +245,13 @@ def test_beam_one_decodes_by_greedy_search(trained: dict, monkeypatch) -> None:
     """--beam 1 is greedy search, which copies the held-out set as beam 4 does: the copies alone could not
     tell the two apart, so greedy search's calls are counted."""
     calls = []
-    real = mtx.search.greedy_search
+    real = mtx.decode.search.greedy_search
 
     def counted(*args, **kwargs) -> list[list[Hypothesis]]:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(mtx.search, "greedy_search", counted)
+    monkeypatch.setattr(mtx.decode.search, "greedy_search", counted)
     args = ["-m", str(trained["checkpoint"]), "-i", str(trained["folder"] / "held_out.txt")]
     _, greedy = translate_cli([*args, "--beam", "1"])
     assert greedy == trained["held_out"]
@@ -372,7 +372,7 @@ def test_min_len_makes_every_output_at_least_that_long(trained: dict) -> None:
 def test_a_search_too_large_for_memory_is_refused_before_it_starts(trained: dict, monkeypatch) -> None:
     """The decoder cache and scores a batch needs are estimated before anything is allocated: with 8 MiB
     "available", beam 4 fits and beam 200 does not."""
-    monkeypatch.setattr(mtx.translate, "available_memory", lambda device: 8 * 2**20)
+    monkeypatch.setattr(mtx.decode.translator, "available_memory", lambda device: 8 * 2**20)
     args = ["-m", str(trained["checkpoint"]), "-i", str(trained["folder"] / "held_out.txt"), "--threads", "1"]
     result, lines = translate_cli([*args, "--beam", "4", "--batch-tokens", "200"])
     assert result.exit_code == 0 and len(lines) == len(trained["held_out"])
@@ -393,7 +393,7 @@ def test_the_memory_of_aligning_is_counted_before_the_search_starts(trained: dic
     limit = plain._output_limit(source - 1)
     search_bytes, aligning_bytes = plain._batch_bytes(1, source, limit), aligned._batch_bytes(1, source, limit)
     assert aligning_bytes > search_bytes
-    monkeypatch.setattr(mtx.translate, "available_memory", lambda device: (search_bytes + aligning_bytes) // 2)
+    monkeypatch.setattr(mtx.decode.translator, "available_memory", lambda device: (search_bytes + aligning_bytes) // 2)
     assert plain.translate([sentence])[0][0].text  # a translation, not a refusal
     with pytest.raises(MtxError, match=r"Beam 1 needs about .* MiB .* \(or for aligning them\), but only"):
         aligned.translate([sentence])

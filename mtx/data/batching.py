@@ -14,7 +14,7 @@ update, exactly the batches that k processes with update_freq 1 see together. Th
 than `world × update_freq` batches) is dropped, so every rank runs the same number of steps; the order changes
 every epoch, so a different tail is dropped each time and no pair is left out for good.
 
-Decoding (mtx.translate) cuts its batches by the same rule (`cut_into_batches`) but orders and costs them its
+Decoding (mtx.decode.translator) cuts its batches by the same rule (`cut_into_batches`) but orders and costs them its
 own way (`decoding_batches`): longest source first, and a sentence's target side costs its output length limit,
 since the translation's length is not known before it is decoded.
 """

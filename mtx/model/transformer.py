@@ -279,7 +279,7 @@ class Transformer(nn.Module):
         self.encoder_norm = LayerNorm(d) if pre else nn.Identity()
         self.decoder_norm = LayerNorm(d) if pre else nn.Identity()
         # None: `output_logits` multiplies by the target embedding matrix itself. Inference may set a module
-        # computing the same projection in another format (the int8 copy of `mtx.translate.prepare_model`).
+        # computing the same projection in another format (the int8 copy of `mtx.decode.translator.prepare_model`).
         self.output_proj: nn.Module | None = None
         self.reset_parameters()
 

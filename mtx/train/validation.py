@@ -65,8 +65,8 @@ class Validator:
     def _valid_bleu(self) -> float | None:
         """BLEU of decoding the valid sources, scored as `mtx score` does; each rank decodes every world-th,
         `VALID_CHUNK` at a time between looks at the stop signals. None if a rank was signalled to stop."""
+        from mtx.decode.translator import translate_sentences
         from mtx.score import corpus_bleu
-        from mtx.translate import translate_sentences
 
         rank, world = self.ctx.rank, self.ctx.world
         decode = dataclasses.replace(self.recipe.decode, beam=self.cfg.valid_beam)

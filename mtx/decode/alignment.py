@@ -28,15 +28,15 @@ from torch import Tensor
 
 from mtx.attention import cross_attention
 from mtx.data.batching import padded
+from mtx.decode.search import Hypothesis
 from mtx.model.transformer import DecoderState, Transformer
-from mtx.search import Hypothesis
 from mtx.tokenizer import BOS, Tokenizer
 
 Alignment = list[tuple[int, int]]  # (source word, target word) links, in target word order
 
 
 class RememberedEncoding:
-    """The model as search drives it (an `mtx.search.IncrementalDecoder`), keeping the encoder output of the
+    """The model as search drives it (an `mtx.decode.search.IncrementalDecoder`), keeping the encoder output of the
     batch it searches, so that aligning the batch's hypotheses need not encode their sources again."""
 
     def __init__(self, model: Transformer) -> None:

@@ -1,13 +1,13 @@
 """`mtx translate`: a stream of lines (a file or a pipe) in, one translation per line out, in order.
 
-The translator (mtx.translate) is fed windows of at most `READ_AHEAD_LINES` lines from a reader thread, so
+The translator (mtx.decode.translator) is fed windows of at most `READ_AHEAD_LINES` lines from a reader thread, so
 memory stays bounded, reading overlaps decoding, and each window's output is written and flushed before the
 next is decoded. Lines are split at b"\\n" only, as `wc -l` and `paste` count them, and every translation
 is one line, so the output has exactly the input's lines, in its order.
 
 With `--alignment`, each translation is followed by " ||| " and its word alignment in Pharaoh format (the
 convention of Moses' and Marian's tools): "source-target" word indices, 0-based, one link per target word
-(mtx.alignment). An empty input line then gives " ||| ", so that every output line splits into the same two
+(mtx.decode.alignment). An empty input line then gives " ||| ", so that every output line splits into the same two
 fields; with `--nbest`, where each hypothesis carries its own alignment, it still gives an empty line, as it
 has no hypotheses.
 
@@ -30,12 +30,12 @@ from typing import BinaryIO, Literal
 
 import torch
 
-from mtx.alignment import default_alignment_layer, pharaoh
 from mtx.config import DecodeConfig
+from mtx.decode.alignment import default_alignment_layer, pharaoh
+from mtx.decode.translator import Dtype, Translation, TranslationStats, Translator, prepare_model
 from mtx.devices import DeviceName, choose_device
 from mtx.errors import MtxError
 from mtx.tokenizer import EOS, SPECIAL_TOKENS, Tokenizer
-from mtx.translate import Dtype, Translation, TranslationStats, Translator, prepare_model
 
 READ_AHEAD_LINES = 2000  # a window: enough sentences for length sorting to pay off, few enough to stream
 ALIGNMENT_SEPARATOR = " ||| "  # between a translation and its alignment, as Moses and Marian write it
@@ -153,14 +153,14 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
                    alignment_layer: int | None = None, output_format: OutputFormat = "text") -> TranslationStats:
     """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
 
-    Several `checkpoints` translate as one ensemble (mtx.ensemble), every model on the same device in the same
+    Several `checkpoints` translate as one ensemble (mtx.decode.ensemble), every model on the same device in the same
     format. `options` holds the DecodeConfig fields the user set; the others come from the (first) checkpoint's
     recipe (`decode:`), then from the paper's defaults (DecodeConfig's), so a checkpoint whose recipe predates a
     field still translates. `alignment` adds word alignments from the decoder layer `alignment_layer` (0-based;
     None: `default_alignment_layer`) of the first model, which only applies with it. `output_format` "jsonl"
     writes `json_line`s instead of text lines.
     """
-    from mtx.ensemble import load_models
+    from mtx.decode.ensemble import load_models
 
     check_choice("--device", device, DeviceName)
     check_choice("--dtype", dtype, Dtype)

@@ -7,9 +7,9 @@ On a CPU several batches are decoded side by side, one thread each (`decoding_wo
 a checkpoint's model on its device in the numeric format asked for.
 
 `translate_sentences` (what the trainer's validation calls) and the `mtx translate` command
-(mtx.translate_lines, which feeds it bounded windows of lines) share it. Asked for an `alignment_layer`, it
-also word-aligns every hypothesis it returns (mtx.alignment), after the search and without changing it.
-Given several models, it searches them as one ensemble (mtx.ensemble).
+(mtx.decode.command, which feeds it bounded windows of lines) share it. Asked for an `alignment_layer`, it
+also word-aligns every hypothesis it returns (mtx.decode.alignment), after the search and without changing it.
+Given several models, it searches them as one ensemble (mtx.decode.ensemble).
 
 Length limits. A source longer than the model's `max_positions` (EOS included) is truncated to fit, and counted
 so the command can warn; translations are never split. The output of a source of n tokens (EOS not counted)
@@ -29,15 +29,15 @@ from typing import Literal, NamedTuple
 
 import torch
 
-from mtx.alignment import Alignment, RememberedEncoding, align_hypotheses
 from mtx.config import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
+from mtx.decode.alignment import Alignment, RememberedEncoding, align_hypotheses
+from mtx.decode.ensemble import Ensemble
+from mtx.decode.search import Hypothesis, search
 from mtx.devices import available_memory, choose_dtype, half_precision_model
-from mtx.ensemble import Ensemble
 from mtx.errors import MtxError
 from mtx.model.fast_paths import quantizable_output_projection
 from mtx.model.transformer import Transformer
-from mtx.search import Hypothesis, search
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
 
 MAX_WORKERS = 8  # batches decoded at once on a CPU; beyond some number Python's own work would serialise them
@@ -66,7 +66,7 @@ class Translation(NamedTuple):
     text: str
     score: float
     tokens: Sequence[int] = ()  # its token ids, EOS excluded
-    token_log_probs: Sequence[float] = ()  # each token's log-probability, EOS last (`mtx.search.Hypothesis`)
+    token_log_probs: Sequence[float] = ()  # each token's log-probability, EOS last (`mtx.decode.search.Hypothesis`)
     alignment: Alignment | None = None  # its word alignment, when the translator was asked for one
 
 
@@ -75,7 +75,7 @@ class Translator:
     """A model, its tokenizer and how to search: sentences in, n-best lists of `Translation`s out.
 
     `model` may be a sequence of models sharing the tokenizer, on one device in one format: an ensemble,
-    whose next-token distributions are averaged at every step (mtx.ensemble). The first model aligns, and the
+    whose next-token distributions are averaged at every step (mtx.decode.ensemble). The first model aligns, and the
     shortest of the models' position tables limits the lengths.
 
     `alignment_layer` (0-based; None: no alignments) is the decoder layer whose cross-attention word-aligns
@@ -171,7 +171,7 @@ class Translator:
         return max(search, self._alignment_bytes(sentences, source_len, limit))
 
     def _alignment_bytes(self, sentences: int, source_len: int, limit: int) -> int:
-        """The memory of aligning one batch's hypotheses (mtx.alignment), 0 when not asked for: the float32
+        """The memory of aligning one batch's hypotheses (mtx.decode.alignment), 0 when not asked for: the float32
         attention scores and weights of every head, the self-attention's over the target and the
         cross-attention's over the source, and a few (rows, positions, D) activations."""
         if self.alignment_layer is None:

@@ -2,7 +2,7 @@
 
 Models trained apart (other seeds, other shapes) make partly independent errors, so the average of their
 predictions is better than any one of them, at the cost of running each. `Ensemble` is an
-`mtx.search.IncrementalDecoder` made of others: each step it runs every member's `decode_step` and combines
+`mtx.decode.search.IncrementalDecoder` made of others: each step it runs every member's `decode_step` and combines
 the members' distributions with `average_distributions`, so beam search, its length penalty and its early stop
 work on an ensemble unchanged.
 
@@ -23,9 +23,9 @@ import torch
 from torch import Tensor
 
 from mtx.checkpoint import load_model
+from mtx.decode.search import DecoderCache, IncrementalDecoder
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
-from mtx.search import DecoderCache, IncrementalDecoder
 from mtx.tokenizer import Tokenizer
 
 
@@ -59,13 +59,13 @@ class EnsembleState:
 
 
 class Ensemble:
-    """Models that decode as one: an `mtx.search.IncrementalDecoder` whose members are any others (mtx
-    Transformers, or a Transformer wrapped by mtx.alignment.RememberedEncoding).
+    """Models that decode as one: an `mtx.decode.search.IncrementalDecoder` whose members are any others (mtx
+    Transformers, or a Transformer wrapped by mtx.decode.alignment.RememberedEncoding).
 
     Search encodes a batch once and hands the result straight to `init_state`. The members' encoder outputs
     differ (each its own encoder, perhaps its own width), so the ensemble's `encode` passes the source on as
     it is, and `init_state` encodes it with every member. The ensemble holds no state of its own, so threads
-    may decode several batches with it at once, as mtx.translate.Translator does.
+    may decode several batches with it at once, as mtx.decode.translator.Translator does.
     """
 
     def __init__(self, members: Sequence[IncrementalDecoder]) -> None:
