@@ -4,7 +4,7 @@
 
 The data folder is a prepared demo run's (`mtx prepare recipes/demo.yaml`), which holds the test split's gold
 alignment, `test.align` (mtx.data.demo.words). Each reference German sentence is forced through the decoder and its
-cross-attention pooled to words as `mtx translate --alignment` pools it (mtx.aer.reference_attention): the gold
+cross-attention pooled to words as `mtx translate --alignment` pools it (mtx.analysis.aer.reference_attention): the gold
 links are over the reference's words. Precision, recall and AER (Och & Ney, summed over the test set) are
 printed as JSON lines for:
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from common import emit_info, set_threads
 
-from mtx.aer import AlignmentCounts, corpus_counts, diagonal, read_gold, reference_attention
+from mtx.analysis.aer import AlignmentCounts, corpus_counts, diagonal, read_gold, reference_attention
 from mtx.checkpoint import load_model
 from mtx.decode.alignment import default_alignment_layer
 

@@ -346,7 +346,7 @@ def inspect(
     """
     from rich.console import Console
 
-    from mtx.inspect_command import inspect_checkpoint
+    from mtx.analysis.command import inspect_checkpoint
 
     inspect_checkpoint(model, sentence, target=target, kind=kind, layer=layer, head=head, output=output,
                        as_json=json_, console=Console(highlight=False))

@@ -1,11 +1,11 @@
-"""Alignment error rate (mtx.aer): gold lines with sure and possible links, and Och & Ney's figures worked by
+"""Alignment error rate (mtx.analysis.aer): gold lines with sure and possible links, and Och & Ney's figures worked by
 hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from mtx.aer import AlignmentCounts, GoldAlignment, corpus_counts, read_gold, sentence_counts
+from mtx.analysis.aer import AlignmentCounts, GoldAlignment, corpus_counts, read_gold, sentence_counts
 from mtx.errors import MtxError
 
 
@@ -74,7 +74,7 @@ def test_the_default_layer_aligns_clearly_better_than_the_diagonal(tmp_path) -> 
     import yaml
     from rich.console import Console
 
-    from mtx.aer import diagonal, reference_attention
+    from mtx.analysis.aer import diagonal, reference_attention
     from mtx.checkpoint import load_model, step_checkpoints
     from mtx.config import load_recipe
     from mtx.data.prepare import prepare

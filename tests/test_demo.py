@@ -9,7 +9,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from mtx.aer import read_gold
+from mtx.analysis.aer import read_gold
 from mtx.config import DemoSource, load_recipe
 from mtx.data.demo import demo_splits, sample_pairs
 from mtx.data.demo.clause import Clause, english, german_main, german_question, german_sub

@@ -19,13 +19,13 @@ from rich.console import Console
 from test_translate import copy_task
 from typer.testing import CliRunner
 
-from mtx.attention_terminal import column_blocks, fitted, print_heatmaps
+from mtx.analysis.attention_terminal import column_blocks, fitted, print_heatmaps
+from mtx.analysis.head_stats import head_statistics, is_punctuation
+from mtx.analysis.inspection import CONTINUATION, Inspection, View, inspect_sentence, readable_labels, select_views
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.cli import app
 from mtx.config import DecodeConfig
 from mtx.errors import MtxError
-from mtx.head_stats import head_statistics, is_punctuation
-from mtx.inspection import CONTINUATION, Inspection, View, inspect_sentence, readable_labels, select_views
 from mtx.tokenizer import EOS
 
 # ------------------------------------------------------------------------------ statistics on hand-made maps

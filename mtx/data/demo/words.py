@@ -25,7 +25,7 @@ annotator would not hesitate, and possible, where the correspondence is real but
 Word indices count the whitespace-separated words of the sentences as the corpus writes them, punctuation
 attached ("sagt," and "Hund." are one word each). The Pharaoh line lists sure links as "i-j" and possible
 ones as "ipj" (English word i, German word j, 0-based), the convention of the alignment-scripts of Zenkel et
-al. (2019); mtx.aer reads it.
+al. (2019); mtx.analysis.aer reads it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`mtx inspect`: translate one sentence and show what every attention head saw, in the terminal or a page.
 
-What is printed: the sentence and its translation, then one heatmap per selected view (mtx.attention_terminal),
-then the table of the selected views' statistics. With `-o PAGE.html` the page (mtx.attention_page), which
+What is printed: the sentence and its translation, then one heatmap per selected view (mtx.analysis.attention_terminal),
+then the table of the selected views' statistics. With `-o PAGE.html` the page (mtx.analysis.attention_page), which
 holds every kind, layer and head, is written instead of the heatmaps. With `--json` standard output is one JSON
 object instead: the sentence, the translation, the labels and the selected views' statistics.
 """
@@ -14,11 +14,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from mtx.attention_page import write_page
-from mtx.attention_terminal import print_heatmaps, statistics_table
+from mtx.analysis.attention_page import write_page
+from mtx.analysis.attention_terminal import print_heatmaps, statistics_table
+from mtx.analysis.inspection import KINDS, Inspection, View, inspect_sentence, select_views
 from mtx.checkpoint import load_model
 from mtx.config import DecodeConfig
-from mtx.inspection import KINDS, Inspection, View, inspect_sentence, select_views
 
 
 def summary_json(inspection: Inspection, views: list[View]) -> str:

@@ -17,8 +17,8 @@ from rich.table import Table
 from rich.text import Text
 from torch import Tensor
 
-from mtx.head_stats import HeadStats
-from mtx.inspection import Inspection, View
+from mtx.analysis.head_stats import HeadStats
+from mtx.analysis.inspection import Inspection, View
 
 MAX_LABEL = 8  # characters of a column or row label
 LIGHT, DARK = (255, 255, 255), (8, 48, 107)  # the shades of weight 0 and weight 1

@@ -18,8 +18,8 @@ import html
 import json
 from pathlib import Path
 
+from mtx.analysis.inspection import KINDS, TITLES, Inspection, View
 from mtx.files import atomic_write_text
-from mtx.inspection import KINDS, TITLES, Inspection, View
 
 DECIMALS = 4  # of the weights in the page's data
 

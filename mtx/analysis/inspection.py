@@ -25,12 +25,12 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from mtx.analysis.head_stats import HeadStats, head_statistics, is_punctuation
 from mtx.attention import attention_maps
 from mtx.config import DecodeConfig
 from mtx.decode.search import length_penalty
 from mtx.decode.translator import Translator
 from mtx.errors import MtxError
-from mtx.head_stats import HeadStats, head_statistics, is_punctuation
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, Tokenizer, normalize_text, word_of_each_piece
 
