@@ -29,7 +29,7 @@ from common import build_model, emit, emit_info, set_threads, time_interleaved
 from prepare import write_corpus
 
 from mtx.checkpoint import load_model
-from mtx.config import DecodeConfig
+from mtx.config.recipe import DecodeConfig
 from mtx.decode.alignment import default_alignment_layer
 from mtx.decode.translator import Translator
 from mtx.model.transformer import Transformer

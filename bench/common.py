@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mtx.config import ModelConfig, resolve_model
+from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.data.batching import Batch, collate
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import PAD, SPECIAL_TOKENS

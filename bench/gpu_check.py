@@ -624,9 +624,9 @@ def translate_speed(stage: Stage) -> None:
     from common import synchronize
 
     from mtx.checkpoint import load_model
-    from mtx.config import DecodeConfig
+    from mtx.config.recipe import DecodeConfig
     from mtx.decode.translator import Translator, prepare_model
-    from mtx.score import corpus_bleu
+    from mtx.score.metrics import corpus_bleu
 
     run_dir = stage.out / "demo"
     checkpoint = next((p for p in (run_dir / "average.pt", run_dir / "checkpoints" / "last.pt") if p.is_file()), None)
@@ -671,7 +671,7 @@ def ctranslate2_speed(stage: Stage, model, tokenizer, sources: list[str], refs: 
     from common import peers_missing, token_strings
 
     from mtx.export.ctranslate2 import convert_to_ctranslate2
-    from mtx.score import corpus_bleu
+    from mtx.score.metrics import corpus_bleu
     from mtx.tokenizer import EOS, normalize_text
 
     missing = peers_missing("ctranslate2")

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from mtx import __version__
-from mtx.config import ModelConfig
+from mtx.config.recipe import ModelConfig
 from mtx.errors import MtxError
 from mtx.files import atomic_write
 

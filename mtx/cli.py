@@ -72,7 +72,7 @@ def config(recipe: RecipeArg, set_: SetOpt = None) -> None:
 
     Example: mtx config recipes/wmt14_en_de_base.yaml --set model.preset=big
     """
-    from mtx.config import dump_recipe, load_recipe
+    from mtx.config.recipe import dump_recipe, load_recipe
     from mtx.model.transformer import count_parameters_for
 
     resolved = load_recipe(recipe, set_)
@@ -95,7 +95,7 @@ def prepare(
 
     Example: mtx prepare recipes/demo.yaml --workers 4
     """
-    from mtx.config import load_recipe
+    from mtx.config.recipe import load_recipe
     from mtx.data.prepare import prepare as prepare_data
 
     prepare_data(load_recipe(recipe, set_), workers=workers)
@@ -116,7 +116,7 @@ def train(
 
     Example: mtx train recipes/demo.yaml --set train.max_steps=2000
     """
-    from mtx.config import load_recipe
+    from mtx.config.recipe import load_recipe
     from mtx.train.trainer import train as run_training
 
     run_training(load_recipe(recipe, set_), restart=restart)
@@ -220,7 +220,7 @@ def score(
     """
     import json
 
-    from mtx.score import check_min_bleu, print_table, score_files
+    from mtx.score.metrics import check_min_bleu, print_table, score_files
 
     result = score_files(references, input_, metrics.split(","), tokenize, paper_bleu, baseline)
     if json_:

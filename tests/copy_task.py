@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from mtx.config import Recipe, load_recipe
+from mtx.config.recipe import Recipe, load_recipe
 from mtx.data.prepare import prepare
 
 WORDS = [f"{a}{b}" for a in "bcdfgklmnprstvz" for b in "aeiou"][:40]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mtx.attention import attention_maps, cross_attention
-from mtx.config import ModelConfig, resolve_model
+from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.decode.translator import prepare_model
 from mtx.model.transformer import Transformer
 

@@ -15,7 +15,7 @@ from mtx.checkpoint import (
     step_checkpoints,
 )
 from mtx.cli import app
-from mtx.config import ModelConfig, resolve_model
+from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.errors import MtxError
 from mtx.files import atomic_write
 from mtx.model.transformer import Transformer

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import mtx.train.loss as loss_module
-from mtx.config import ModelConfig, resolve_model
+from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.decode.translator import prepare_model
 from mtx.model.transformer import MultiHeadAttention, Transformer
 from mtx.tokenizer import BOS, PAD

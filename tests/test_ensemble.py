@@ -18,7 +18,7 @@ from test_translate import translate_cli
 import mtx.decode.command
 import mtx.decode.translator
 from mtx.checkpoint import make_checkpoint, save_checkpoint
-from mtx.config import DecodeConfig, ModelConfig, resolve_model
+from mtx.config.recipe import DecodeConfig, ModelConfig, resolve_model
 from mtx.decode.alignment import align_hypotheses
 from mtx.decode.ensemble import Ensemble, average_distributions, load_models
 from mtx.decode.search import Hypothesis, beam_search, search

@@ -21,13 +21,13 @@ from test_translate import copy_task
 
 import mtx.export.hf
 from mtx.checkpoint import make_checkpoint, save_checkpoint
-from mtx.config import ModelConfig, resolve_model
+from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.decode.search import search
 from mtx.errors import MtxError
 from mtx.export import export_checkpoint
 from mtx.export.ctranslate2 import INT8_WEIGHT_LEVELS
 from mtx.model.transformer import Transformer
-from mtx.score import corpus_bleu
+from mtx.score.metrics import corpus_bleu
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
 
 RECIPE = {"name": "copy", "data": {"source": {"files": {"train": ["a", "b"]}}, "src_lang": "en", "tgt_lang": "de"},

@@ -24,7 +24,7 @@ from mtx.analysis.head_stats import head_statistics, is_punctuation
 from mtx.analysis.inspection import CONTINUATION, Inspection, View, inspect_sentence, readable_labels, select_views
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.cli import app
-from mtx.config import DecodeConfig
+from mtx.config.recipe import DecodeConfig
 from mtx.errors import MtxError
 from mtx.tokenizer import EOS
 

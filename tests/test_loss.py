@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import mtx.train.loss as loss_module
-from mtx.config import ModelConfig, resolve_model
+from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.data.batching import Batch
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, PAD

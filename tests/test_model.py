@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mtx.config import ModelConfig, resolve_model
+from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.decode.translator import prepare_model
 from mtx.model.transformer import SequenceTooLongError, Transformer, count_parameters, count_parameters_for
 

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from mtx.checkpoint import load_model
 from mtx.cli import app
-from mtx.config import load_recipe
+from mtx.config.recipe import load_recipe
 from mtx.data.prepare import prepare
 from mtx.errors import MtxError
 from mtx.model.transformer import count_parameters

@@ -1,4 +1,4 @@
-"""`mtx score` and mtx.score: sacreBLEU's numbers exactly, the paper's tokenized BLEU, and clean user errors."""
+"""`mtx score` and mtx.score.metrics: sacreBLEU's numbers exactly, the paper's tokenized BLEU, and clean user errors."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from mtx.errors import MtxError
-from mtx.score import check_min_bleu, corpus_bleu, paper_tokenize, print_table, score, score_files
+from mtx.score.metrics import check_min_bleu, corpus_bleu, paper_tokenize, print_table, score, score_files
 
 SACREBLEU = str(Path(sys.executable).parent / "sacrebleu")
 
@@ -386,7 +386,7 @@ def test_baseline_paired_bootstrap(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_score_starts_without_torch_or_datasets() -> None:
     probe = (
         "import runpy, sys\n"
-        "import mtx.score\n"
+        "import mtx.score.metrics\n"
         "sys.argv = ['mtx', 'score', '--help']\n"
         "try:\n"
         "    runpy.run_module('mtx', run_name='__main__')\n"
@@ -439,7 +439,7 @@ def test_read_lines_splits_as_sacrebleu_and_names_what_it_cannot_read(tmp_path: 
     """Newlines only split lines; each line loses its trailing whitespace (\\r included) but keeps its leading
     one; a final newline ends the last line rather than adding an empty one. Each failure is a message that
     names the file (or standard input) and, for bad UTF-8, the line."""
-    from mtx.score import read_lines
+    from mtx.score.metrics import read_lines
 
     text = tmp_path / "text.de"
     text.write_bytes(b"  eins \r\nzwei\x0bdrei\n\nvier\n\n")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from mtx.config import ModelConfig, resolve_model
+from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.decode.search import (
     DecoderCache,
     IncrementalDecoder,

@@ -12,7 +12,7 @@ from copy_task import prepared, recipe
 from test_train import FakeClock, events, run_files, scripted_bleu
 
 from mtx.checkpoint import load_checkpoint
-from mtx.config import ConfigError
+from mtx.config.recipe import ConfigError
 from mtx.data.batching import collate
 from mtx.errors import MtxError
 from mtx.train.milestones import describe_milestones

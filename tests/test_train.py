@@ -20,7 +20,7 @@ from rich.console import Console
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mtx.checkpoint import load_checkpoint, step_checkpoints
-from mtx.config import TrainConfig, load_recipe, parse_duration
+from mtx.config.recipe import TrainConfig, load_recipe, parse_duration
 from mtx.data.prepare import prepare
 from mtx.errors import MtxError
 from mtx.train.trainer import learning_rate, train
@@ -197,7 +197,7 @@ def test_a_signal_during_validation_stops_without_finishing_it(tmp_path: Path, m
 KILLED_WHILE_SAVING = """
 import io, os, signal, sys
 import torch
-from mtx.config import load_recipe
+from mtx.config.recipe import load_recipe
 from mtx.train.trainer import train
 
 save, saves = torch.save, []
@@ -272,9 +272,9 @@ def test_a_tiny_model_learns_to_reverse(tmp_path: Path) -> None:
     close to the edge to be a test.
     """
     from mtx.checkpoint import load_model
-    from mtx.config import DecodeConfig
+    from mtx.config.recipe import DecodeConfig
     from mtx.decode.translator import translate_sentences
-    from mtx.score import corpus_bleu
+    from mtx.score.metrics import corpus_bleu
 
     raw = base_recipe(tmp_path, train_pairs=4000, valid_pairs=100)
     test_files = write_pairs(tmp_path / "text", "test", 300, seed=3)
@@ -535,7 +535,7 @@ def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, 
 
 def test_valid_bleu_decodes_with_valid_beam_and_the_recipe_decode_settings(tmp_path: Path, monkeypatch) -> None:
     import mtx.decode.translator
-    from mtx.config import DecodeConfig
+    from mtx.config.recipe import DecodeConfig
 
     calls: list[DecodeConfig] = []
     decode = mtx.decode.translator.translate_sentences

@@ -22,7 +22,7 @@ import mtx.decode.search
 import mtx.decode.translator
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.cli import app
-from mtx.config import DecodeConfig, ModelConfig, resolve_model
+from mtx.config.recipe import DecodeConfig, ModelConfig, resolve_model
 from mtx.decode.command import read_ahead
 from mtx.decode.search import Hypothesis, search
 from mtx.decode.translator import Translator, decoding_workers, map_in_threads, prepare_model, translate_sentences

@@ -18,7 +18,7 @@ from mtx.analysis.attention_page import write_page
 from mtx.analysis.attention_terminal import print_heatmaps, statistics_table
 from mtx.analysis.inspection import KINDS, Inspection, View, inspect_sentence, select_views
 from mtx.checkpoint import load_model
-from mtx.config import DecodeConfig
+from mtx.config.recipe import DecodeConfig
 
 
 def summary_json(inspection: Inspection, views: list[View]) -> str:

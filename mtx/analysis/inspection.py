@@ -27,7 +27,7 @@ from torch import Tensor
 
 from mtx.analysis.head_stats import HeadStats, head_statistics, is_punctuation
 from mtx.attention import attention_maps
-from mtx.config import DecodeConfig
+from mtx.config.recipe import DecodeConfig
 from mtx.decode.search import length_penalty
 from mtx.decode.translator import Translator
 from mtx.errors import MtxError

@@ -17,7 +17,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from mtx.config import DataConfig, FilesSource, HfSource, TsvSource
+from mtx.config.recipe import DataConfig, FilesSource, HfSource, TsvSource
 from mtx.errors import MtxError
 
 SPLITS = ("train", "valid", "test")

@@ -45,7 +45,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from mtx import __version__
-from mtx.config import BpeConfig, DataConfig, FilterConfig, Recipe, resolve_model, strip_nones
+from mtx.config.recipe import BpeConfig, DataConfig, FilterConfig, Recipe, resolve_model, strip_nones
 from mtx.data.corpora import CHUNK_PAIRS, RawPair, SplitStream, input_files, open_source
 from mtx.data.prepared import FORMAT, SIDES, check_split_files, load_manifest
 from mtx.errors import MtxError

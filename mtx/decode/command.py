@@ -30,7 +30,7 @@ from typing import BinaryIO, Literal
 
 import torch
 
-from mtx.config import DecodeConfig
+from mtx.config.recipe import DecodeConfig
 from mtx.decode.alignment import default_alignment_layer, pharaoh
 from mtx.decode.translator import Dtype, Translation, TranslationStats, Translator, prepare_model
 from mtx.devices import DeviceName, choose_device

@@ -22,7 +22,7 @@ from typing import Protocol, TypeVar
 import torch
 from torch import Tensor
 
-from mtx.config import LengthPenaltyStyle
+from mtx.config.recipe import LengthPenaltyStyle
 from mtx.tokenizer import BOS, EOS, PAD
 
 CacheT = TypeVar("CacheT", bound="DecoderCache")

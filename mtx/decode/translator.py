@@ -29,7 +29,7 @@ from typing import Literal, NamedTuple
 
 import torch
 
-from mtx.config import DecodeConfig
+from mtx.config.recipe import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
 from mtx.decode.alignment import Alignment, RememberedEncoding, align_hypotheses
 from mtx.decode.ensemble import Ensemble

@@ -43,7 +43,7 @@ def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantiza
                       force: bool = False) -> None:
     """Export the checkpoint at `checkpoint_path` to `folder` in the `target` format (see the module's docstring)."""
     from mtx.checkpoint import load_model
-    from mtx.config import DecodeConfig
+    from mtx.config.recipe import DecodeConfig
     from mtx.export.ctranslate2 import QUANTIZATIONS
     from mtx.export.marian import check_marian_can_express
     from mtx.export.model_card import model_card

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from mtx.config import DecodeConfig
+from mtx.config.recipe import DecodeConfig
 from mtx.export.tokenizer import TOKENIZER_NOTE, exported_tokenizer, token_strings
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, UNK

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtx.config import DecodeConfig, ModelConfig
+from mtx.config.recipe import DecodeConfig, ModelConfig
 from mtx.export.marian import marian_from_mtx
 from mtx.export.tokenizer import TOKENIZER_NOTE, exported_tokenizer
 from mtx.model.transformer import Transformer

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from mtx.config import ModelConfig
+from mtx.config.recipe import ModelConfig
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mtx.config import ModelConfig
+from mtx.config.recipe import ModelConfig
 from mtx.errors import MtxError
 from mtx.model import fast_paths
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from mtx.checkpoint import load_checkpoint, make_checkpoint, model_config_of, save_checkpoint, step_checkpoints
-from mtx.config import Recipe
+from mtx.config.recipe import Recipe
 from mtx.errors import MtxError
 from mtx.files import atomic_write
 from mtx.model.transformer import Transformer

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mtx.config import Recipe
+from mtx.config.recipe import Recipe
 from mtx.data.batching import PairSource, make_batches, pair_costs
 from mtx.data.prepared import TokenSplit, load_split
 from mtx.errors import MtxError

@@ -39,7 +39,7 @@ from rich.console import Console
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from mtx.config import ModelConfig, Recipe, TrainConfig, parse_duration
+from mtx.config.recipe import ModelConfig, Recipe, TrainConfig, parse_duration
 from mtx.data.batching import Batch, BatchPlan, collate, in_background
 from mtx.data.prepared import load_manifest, load_split
 from mtx.devices import available_memory, choose_dtype

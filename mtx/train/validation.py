@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from mtx.config import Recipe
+from mtx.config.recipe import Recipe
 from mtx.data.batching import collate
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
@@ -66,7 +66,7 @@ class Validator:
         """BLEU of decoding the valid sources, scored as `mtx score` does; each rank decodes every world-th,
         `VALID_CHUNK` at a time between looks at the stop signals. None if a rank was signalled to stop."""
         from mtx.decode.translator import translate_sentences
-        from mtx.score import corpus_bleu
+        from mtx.score.metrics import corpus_bleu
 
         rank, world = self.ctx.rank, self.ctx.world
         decode = dataclasses.replace(self.recipe.decode, beam=self.cfg.valid_beam)

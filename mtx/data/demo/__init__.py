@@ -22,7 +22,7 @@ alignment (mtx.data.demo.words), which `mtx prepare` writes beside the valid and
 
 from __future__ import annotations
 
-from mtx.config import DemoSource
+from mtx.config.recipe import DemoSource
 from mtx.data.demo.grammar import Grammar
 from mtx.data.demo.words import AlignedPair
 from mtx.errors import MtxError

@@ -1,0 +1,1 @@
+"""Recipes: YAML in, validated dataclasses out."""

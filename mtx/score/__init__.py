@@ -1,0 +1,1 @@
+"""Scoring: sacreBLEU's BLEU, chrF and TER, and the paper's tokenized BLEU."""
