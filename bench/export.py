@@ -30,7 +30,7 @@ from common import emit, emit_info, emit_skip, peers_missing, set_threads, time_
 from mtx.checkpoint import load_model
 from mtx.config.recipe import DecodeConfig
 from mtx.decode.translator import Translator, prepare_model
-from mtx.export import export_checkpoint
+from mtx.export.command import export_checkpoint
 from mtx.score.metrics import corpus_bleu
 
 BLEU_BAR = 0.5  # a quantized export's BLEU at most this far below mtx's

@@ -45,7 +45,7 @@ def write_corpus(folder: Path, pairs: int, seed: int = 0) -> tuple[Path, Path]:
 
 def run_once(folder: Path, workers: int) -> dict:
     """Prepare the corpus in `folder` in this process and report time and peak memory."""
-    from mtx.config.recipe import load_recipe
+    from mtx.config.loading import load_recipe
     from mtx.data.prepare import prepare
 
     recipe = {

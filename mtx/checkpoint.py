@@ -1,4 +1,4 @@
-"""Checkpoints: self-contained files that translate on their own, written atomically, averaged streaming.
+"""Checkpoints: self-contained files that translate on their own, written atomically.
 
 A checkpoint is a plain dict saved with `torch.save` and loaded with `weights_only=True` (tensors and Python
 primitives only, so loading a file cannot run code):
@@ -13,7 +13,7 @@ primitives only, so loading a file cannot run code):
     train_state           what resuming needs besides the model: the optimizer's and the grad scaler's state
                           and the trainer's progress (step, data position, best score, clock, open loss
                           window); absent from best.pt and from averaged checkpoints
-    averaged_from         the files an averaged checkpoint is the mean of
+    averaged_from         the files an averaged checkpoint is the mean of (mtx.train.average)
 
 No RNG state is saved, and no learning-rate scheduler's: the trainer reseeds dropout at every update from
 (seed, step, rank), draws the batch order from (seed, epoch) and computes the learning rate from the step.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +62,7 @@ def make_checkpoint(model: torch.nn.Module, tokenizer_json: str, recipe: dict[st
 def _on_cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """`state` on the CPU, where names that share one tensor (the tied embedding and output matrix: three
     names, one matrix) still share one, so `torch.save` stores it once."""
-    aliases = _aliases(state)
+    aliases = shared_names(state)
     moved = {name: tensor.detach().cpu() for name, tensor in state.items() if name not in aliases}
     return {name: moved[aliases.get(name, name)] for name in state}
 
@@ -118,13 +117,7 @@ def step_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def _identity(checkpoint: dict[str, Any]) -> tuple:
-    """What two checkpoints must share to be averaged: the model's shape and the tokenizer."""
-    shapes = tuple((k, tuple(v.shape)) for k, v in checkpoint["model"].items())
-    return checkpoint["model_config"], checkpoint["vocab_size"], checkpoint["tokenizer"], shapes
-
-
-def _aliases(state: dict[str, torch.Tensor]) -> dict[str, str]:
+def shared_names(state: dict[str, torch.Tensor]) -> dict[str, str]:
     """{name: the first name of the same tensor} for each name that repeats an earlier one's tensor."""
     first: dict[tuple, str] = {}
     aliases = {}
@@ -135,37 +128,3 @@ def _aliases(state: dict[str, torch.Tensor]) -> dict[str, str]:
         else:
             first[key] = name
     return aliases
-
-
-def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
-    """The parameter-wise mean of `paths`, as an inference checkpoint (no training state).
-
-    Streaming: a float64 running sum plus the checkpoint being read, so memory stays at about two models
-    however many are averaged. Parameters are written back in the checkpoints' own dtype, and a tensor that
-    several names share (the tied embedding) is averaged once and stays shared.
-    """
-    if not paths:
-        raise MtxError("No checkpoints to average: pass files, or --dir RUN/checkpoints --last N.")
-    total: dict[str, torch.Tensor] = {}
-    dtypes: dict[str, torch.dtype] = {}
-    for i, path in enumerate(paths):
-        checkpoint = load_checkpoint(path)
-        if i == 0:
-            first_path, identity = path, _identity(checkpoint)
-            metadata = {k: v for k, v in checkpoint.items() if k not in ("model", "train_state")}
-            aliases = _aliases(checkpoint["model"])
-            dtypes = {k: v.dtype for k, v in checkpoint["model"].items()}
-            total = {k: v.to(torch.float64) for k, v in checkpoint["model"].items() if k not in aliases}
-        else:
-            if _identity(checkpoint) != identity:
-                what = "tokenizer" if checkpoint["tokenizer"] != metadata["tokenizer"] else "model shape or config"
-                raise MtxError(f"Cannot average {path} with {first_path}: their {what} differs. "
-                               "Average only checkpoints of the same run.")
-            for k, v in checkpoint["model"].items():
-                if k not in aliases:
-                    total[k] += v.to(torch.float64)
-        del checkpoint
-    averaged = {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
-    for name, first in aliases.items():  # names of one shared tensor stay one tensor
-        averaged[name] = averaged[first]
-    return {**metadata, "model": averaged, "averaged_from": [str(p) for p in paths]}

@@ -15,7 +15,8 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from mtx.config.recipe import Recipe, load_recipe
+from mtx.config.loading import load_recipe
+from mtx.config.recipe import Recipe
 from mtx.data.prepare import prepare
 
 WORDS = [f"{a}{b}" for a in "bcdfgklmnprstvz" for b in "aeiou"][:40]

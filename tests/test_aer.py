@@ -76,7 +76,7 @@ def test_the_default_layer_aligns_clearly_better_than_the_diagonal(tmp_path) -> 
 
     from mtx.analysis.aer import diagonal, reference_attention
     from mtx.checkpoint import load_model, step_checkpoints
-    from mtx.config.recipe import load_recipe
+    from mtx.config.loading import load_recipe
     from mtx.data.prepare import prepare
     from mtx.decode.alignment import default_alignment_layer
     from mtx.train.trainer import train

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from mtx.decode.alignment import default_alignment_layer, hard_alignments, pharaoh, word_attention
-from mtx.decode.command import format_nbest
+from mtx.decode.output import format_nbest
 from mtx.decode.translator import Translation
 
 

@@ -7,18 +7,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from mtx.checkpoint import (
-    average_checkpoints,
-    load_checkpoint,
-    make_checkpoint,
-    save_checkpoint,
-    step_checkpoints,
-)
+from mtx.checkpoint import load_checkpoint, make_checkpoint, save_checkpoint, step_checkpoints
 from mtx.cli import app
 from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.errors import MtxError
 from mtx.files import atomic_write
 from mtx.model.transformer import Transformer
+from mtx.train.average import average_checkpoints
 
 TOKENIZER = '{"stand-in": "averaging never parses the tokenizer"}'
 

@@ -119,7 +119,7 @@ def test_debug_shows_the_traceback_of_a_user_error_in_the_shell(texts: dict[str,
     assert "Traceback" not in plain.stderr and "missing.de does not exist" in plain.stderr
     assert "Traceback (most recent call last)" in debug.stderr
     assert "mtx.errors.MtxError:" in debug.stderr and "missing.de does not exist" in debug.stderr
-    assert 'mtx/score/metrics.py", line' in debug.stderr  # the frame that raised it
+    assert 'mtx/score/command.py", line' in debug.stderr  # the frame that raised it
 
 
 @pytest.mark.parametrize("debug", [[], ["--debug"]], ids=["plain", "debug"])
@@ -131,7 +131,7 @@ def test_an_unexpected_error_is_never_dressed_as_a_user_error(mtx, monkeypatch: 
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("a bug in mtx")
 
-    monkeypatch.setattr("mtx.score.metrics.score_files", broken)
+    monkeypatch.setattr("mtx.score.command.score_files", broken)
     with pytest.raises(ZeroDivisionError, match="a bug in mtx"):
         mtx(*debug, "score", "-r", texts["ref"], "-i", texts["hyp"])
 
@@ -143,7 +143,7 @@ def test_running_out_of_memory_is_a_user_error_unless_debug(mtx, monkeypatch: py
     def out_of_memory(*args: object, **kwargs: object) -> None:
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: not enough memory")
 
-    monkeypatch.setattr("mtx.score.metrics.score_files", out_of_memory)
+    monkeypatch.setattr("mtx.score.command.score_files", out_of_memory)
 
     result = mtx("score", "-r", texts["ref"], "-i", texts["hyp"])
     assert result.code == 1 and "Traceback" not in result.err

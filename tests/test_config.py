@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mtx import __version__
-from mtx.config.recipe import ConfigError, DecodeConfig, load_recipe, parse_duration, parse_override
+from mtx.config.loading import load_recipe, parse_override
+from mtx.config.recipe import ConfigError, DecodeConfig, parse_duration
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
 GOOD = """\

@@ -20,7 +20,7 @@ from rich.console import Console
 
 import mtx.data.corpora
 import mtx.data.prepare
-from mtx.config.recipe import load_recipe
+from mtx.config.loading import load_recipe
 from mtx.data.prepare import prepare
 from mtx.data.prepared import load_manifest, load_split
 from mtx.errors import MtxError

@@ -24,7 +24,7 @@ from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.decode.search import search
 from mtx.errors import MtxError
-from mtx.export import export_checkpoint
+from mtx.export.command import export_checkpoint
 from mtx.export.ctranslate2 import INT8_WEIGHT_LEVELS
 from mtx.model.transformer import Transformer
 from mtx.score.metrics import corpus_bleu

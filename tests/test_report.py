@@ -24,12 +24,12 @@ from typer.testing import CliRunner
 
 from mtx.checkpoint import load_model
 from mtx.cli import app
-from mtx.config.recipe import load_recipe
+from mtx.config.loading import load_recipe
 from mtx.data.prepare import prepare
 from mtx.errors import MtxError
 from mtx.model.transformer import count_parameters
-from mtx.report import parse_levels, report_runs
 from mtx.report.charts import CURVES, draw_curve, time_unit
+from mtx.report.command import parse_levels, report_runs
 from mtx.report.page import page
 from mtx.report.run_folder import read_run
 from mtx.report.summary import RunSummary, bleu_levels, recipe_rows, time_to_bleu

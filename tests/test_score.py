@@ -16,7 +16,9 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from mtx.errors import MtxError
-from mtx.score.metrics import check_min_bleu, corpus_bleu, paper_tokenize, print_table, score, score_files
+from mtx.score.command import check_min_bleu, print_table, score_files
+from mtx.score.metrics import corpus_bleu, score
+from mtx.score.paper_bleu import paper_tokenize
 
 SACREBLEU = str(Path(sys.executable).parent / "sacrebleu")
 
@@ -439,7 +441,7 @@ def test_read_lines_splits_as_sacrebleu_and_names_what_it_cannot_read(tmp_path: 
     """Newlines only split lines; each line loses its trailing whitespace (\\r included) but keeps its leading
     one; a final newline ends the last line rather than adding an empty one. Each failure is a message that
     names the file (or standard input) and, for bad UTF-8, the line."""
-    from mtx.score.metrics import read_lines
+    from mtx.score.command import read_lines
 
     text = tmp_path / "text.de"
     text.write_bytes(b"  eins \r\nzwei\x0bdrei\n\nvier\n\n")

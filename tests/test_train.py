@@ -20,7 +20,8 @@ from rich.console import Console
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mtx.checkpoint import load_checkpoint, step_checkpoints
-from mtx.config.recipe import TrainConfig, load_recipe, parse_duration
+from mtx.config.loading import load_recipe
+from mtx.config.recipe import TrainConfig, parse_duration
 from mtx.data.prepare import prepare
 from mtx.errors import MtxError
 from mtx.train.trainer import learning_rate, train
@@ -197,7 +198,7 @@ def test_a_signal_during_validation_stops_without_finishing_it(tmp_path: Path, m
 KILLED_WHILE_SAVING = """
 import io, os, signal, sys
 import torch
-from mtx.config.recipe import load_recipe
+from mtx.config.loading import load_recipe
 from mtx.train.trainer import train
 
 save, saves = torch.save, []
@@ -634,7 +635,8 @@ def test_fp16_gives_up_when_the_loss_scale_collapses(tmp_path: Path, monkeypatch
 def test_resume_refuses_a_checkpoint_it_cannot_continue_and_says_why(tmp_path: Path) -> None:
     """Another tokenizer or vocabulary, or no training state (an averaged model put in as last.pt, with no
     step file left): each named, with --restart as the way out. Nothing is overwritten."""
-    from mtx.checkpoint import average_checkpoints, save_checkpoint
+    from mtx.checkpoint import save_checkpoint
+    from mtx.train.average import average_checkpoints
 
     path = prepared(tmp_path)
     train(recipe(path, max_steps=2, save_every=1))

@@ -1,25 +1,21 @@
-"""Typed recipes: YAML in, validated dataclasses out.
+"""What a recipe holds: one dataclass per section, each field with its type, default, range and help.
 
-A recipe is the whole description of a run. Every key is checked against the dataclasses below, so a typo is
-caught before hours of training (`train.max_tokns` → "did you mean train.max_tokens?"), and every value is
-checked for type and range with a message that names its dotted key. `--set a.b=value` overrides are parsed
-with `yaml.safe_load`, so they are typed exactly as they would be in the file. This module imports no torch:
+A recipe is the whole description of a run: the data and how it is prepared, the model, how it is trained and
+how it decodes. Each field's help text lives beside it (`setting`), so that `mtx config --keys` prints what
+this file says and the two cannot drift; each section checks its own ranges (`validate`), naming the dotted
+key of a bad value. Reading YAML into these classes is mtx.config.loading's job. This module imports no torch:
 `mtx config` and recipe errors must be instant.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
-
-import yaml
+from typing import Any, Literal
 
 from mtx.errors import MtxError
 
@@ -28,25 +24,46 @@ class ConfigError(MtxError):
     """A recipe problem, always naming the file and the dotted key."""
 
 
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None) -> Any:
+    """A recipe field with its help text (`mtx config --keys` prints it); a list or mapping default is built by
+    `factory`, once per recipe. No default: the recipe must set the key."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def _check(ok: bool, key: str, value: Any, what: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key} = {value!r} {what}.")
+
+
 # --------------------------------------------------------------------------------------------------- model
+
+FROM_PRESET = "(the preset's)"  # how `mtx config --keys` shows the default of a field the preset fills
 
 
 @dataclass
 class ModelConfig:
     """The Transformer's shape. `preset` fills every field left unset (None) in the recipe."""
 
-    preset: Literal["tiny", "small", "base", "big"] = "base"
-    layers_enc: int | None = None
-    layers_dec: int | None = None
-    d_model: int | None = None
-    heads: int | None = None
-    d_ff: int | None = None
-    dropout: float | None = None  # on embeddings and residual branches (paper: P_drop)
-    attn_dropout: float | None = None  # on attention weights (paper: none; tensor2tensor: 0.1)
-    relu_dropout: float | None = None  # inside the feed-forward block
-    norm: Literal["post", "pre"] | None = None  # post: the paper; pre: LayerNorm first, plus a final one
-    share_embeddings: bool | None = None  # source, target and output projection share one matrix
-    max_positions: int | None = None  # longest source or target sequence, in tokens
+    preset: Literal["tiny", "small", "base", "big"] = setting(
+        "base", "Table 3 of the paper (base, big) or a size for CPUs (tiny, small); any field below overrides it.")
+    layers_enc: int | None = setting(None, "Encoder layers.")
+    layers_dec: int | None = setting(None, "Decoder layers.")
+    d_model: int | None = setting(None, "Width of the residual stream and the embeddings.")
+    heads: int | None = setting(None, "Attention heads per layer; must divide d_model.")
+    d_ff: int | None = setting(None, "Inner width of the feed-forward blocks.")
+    dropout: float | None = setting(None, "Dropout on the embeddings and every residual branch (the paper's P_drop).")
+    attn_dropout: float | None = setting(None, "Dropout on the attention weights (the paper: none; T2T: 0.1).")
+    relu_dropout: float | None = setting(None, "Dropout inside the feed-forward blocks, after the ReLU.")
+    norm: Literal["post", "pre"] | None = setting(
+        None, "post: LayerNorm after each residual sum (the paper); pre: before each sub-layer, plus one at the "
+        "end of each stack, which trains deep or large models with less warmup.")
+    share_embeddings: bool | None = setting(
+        None, "One matrix for the source and target embeddings and the output projection (§3.4); false gives the "
+        "source its own.")
+    max_positions: int | None = setting(
+        None, "The longest source or target sequence in tokens, EOS included: the size of the positional table.")
 
     def validate(self, key: str) -> None:
         for name in ("layers_enc", "layers_dec", "d_model", "heads", "d_ff", "max_positions"):
@@ -54,12 +71,7 @@ class ModelConfig:
         for name in ("dropout", "attn_dropout", "relu_dropout"):
             value = getattr(self, name)
             _check(0.0 <= value < 1.0, f"{key}.{name}", value, "must be in [0, 1)")
-        _check(
-            self.d_model % self.heads == 0,
-            f"{key}.heads",
-            self.heads,
-            f"must divide d_model ({self.d_model})",
-        )
+        _check(self.d_model % self.heads == 0, f"{key}.heads", self.heads, f"must divide d_model ({self.d_model})")
 
 
 # Table 3 of the paper for base and big; tiny and small are for CPUs, tests and the demo.
@@ -88,48 +100,50 @@ def resolve_model(model: ModelConfig) -> ModelConfig:
 class HfSource:
     """A Hugging Face dataset: a hub id (`wmt/wmt14`) or a local path (`save_to_disk` folder, parquet dir)."""
 
-    path: str
-    name: str | None = None  # the dataset config, e.g. de-en
-    revision: str | None = None
-    splits: dict[str, str] = field(
-        default_factory=lambda: {"train": "train", "valid": "validation", "test": "test"}
-    )
+    path: str = setting(help="A hub id such as wmt/wmt14, or a local save_to_disk folder or folder of parquet files.")
+    name: str | None = setting(None, "The dataset's configuration, e.g. de-en.")
+    revision: str | None = setting(None, "A hub revision (branch, tag or commit) to pin the data to.")
+    splits: dict[str, str] = setting(
+        help="The dataset's split for each of mtx's train, valid and test.",
+        factory=lambda: {"train": "train", "valid": "validation", "test": "test"})
 
 
 @dataclass
 class FilesSource:
     """Aligned plain-text files per split: `[source_file, target_file]`, one sentence per line."""
 
-    train: list[str]
-    valid: list[str] | None = None
-    test: list[str] | None = None
+    train: list[str] = setting(help="[source file, target file] of the training pairs, one sentence per line.")
+    valid: list[str] | None = setting(None, "[source file, target file] of the validation pairs.")
+    test: list[str] | None = setting(None, "[source file, target file] of the test pairs.")
 
 
 @dataclass
 class TsvSource:
     """One tab-separated file per split: source<TAB>target per line."""
 
-    train: str
-    valid: str | None = None
-    test: str | None = None
+    train: str = setting(help="The training pairs: source<TAB>target on each line.")
+    valid: str | None = setting(None, "The validation pairs, as train.")
+    test: str | None = setting(None, "The test pairs, as train.")
 
 
 @dataclass
 class DemoSource:
     """The built-in, generated English→German corpus (mtx/data/demo/)."""
 
-    pairs: int = 40000
-    valid: int = 500
-    test: int = 500
-    seed: int = 1
+    pairs: int = setting(40000, "Training pairs to generate.")
+    valid: int = setting(500, "Validation pairs.")
+    test: int = setting(500, "Test pairs.")
+    seed: int = setting(1, "The generator's seed: the same seed gives the same corpus.")
 
 
 @dataclass
 class SourceConfig:
-    hf: HfSource | None = None
-    files: FilesSource | None = None
-    tsv: TsvSource | None = None
-    demo: DemoSource | None = None
+    """Where the sentence pairs come from: exactly one of the four kinds."""
+
+    hf: HfSource | None = setting(None, "A Hugging Face dataset, from the hub or a local folder.")
+    files: FilesSource | None = setting(None, "Aligned plain-text files.")
+    tsv: TsvSource | None = setting(None, "Tab-separated files.")
+    demo: DemoSource | None = setting(None, "The built-in generated English→German corpus (offline).")
 
     @property
     def kind(self) -> str:
@@ -155,10 +169,10 @@ class SourceConfig:
 class FilterConfig:
     """Training-data cleaning, as Moses' clean-corpus-n.perl does it. Valid/test sets are never filtered."""
 
-    min_len: int = 1  # words, per side
-    max_len: int = 250
-    max_ratio: float = 1.5  # longer/shorter side, in words; 0 disables
-    dedup: bool = True  # drop exact duplicate pairs
+    min_len: int = setting(1, "Fewest words a side of a training pair may have.")
+    max_len: int = setting(250, "Most words a side of a training pair may have.")
+    max_ratio: float = setting(1.5, "Largest ratio of the longer side's words to the shorter's; 0 disables it.")
+    dedup: bool = setting(True, "Drop exact duplicate training pairs.")
 
     def validate(self, key: str) -> None:
         _check(self.min_len >= 0, f"{key}.min_len", self.min_len, "must be at least 0")
@@ -168,10 +182,14 @@ class FilterConfig:
 
 @dataclass
 class BpeConfig:
-    vocab_size: int = 37000
-    joint: bool = True  # one vocabulary learnt on both languages (the paper's shared source-target BPE)
-    max_lines: int = 10_000_000  # training lines sampled per language to learn the merges on huge corpora
-    min_frequency: int = 2
+    """The subword vocabulary: a joint byte-level BPE learnt on the training data."""
+
+    vocab_size: int = setting(37000, "Tokens in the vocabulary, specials included (the paper: 37k En-De, 32k En-Fr).")
+    joint: bool = setting(
+        True, "One vocabulary learnt on both languages (the paper's shared source-target BPE); must be true.")
+    max_lines: int = setting(
+        10_000_000, "Training lines per language, evenly spaced, that the merges are learnt on (for huge corpora).")
+    min_frequency: int = setting(2, "Fewest occurrences of a pair of symbols for it to become a merge.")
 
     def validate(self, key: str) -> None:
         _check(self.vocab_size >= 300, f"{key}.vocab_size", self.vocab_size, "must be at least 300")
@@ -186,11 +204,13 @@ class BpeConfig:
 
 @dataclass
 class DataConfig:
-    source: SourceConfig
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    filter: FilterConfig = field(default_factory=FilterConfig)
-    bpe: BpeConfig = field(default_factory=BpeConfig)
+    """The corpus and how `mtx prepare` turns it into token splits."""
+
+    source: SourceConfig = setting(help="Where the sentence pairs come from (hf, files, tsv or demo).")
+    src_lang: str = setting("en", "The source language's code; it names files (data/test.en).")
+    tgt_lang: str = setting("de", "The target language's code.")
+    filter: FilterConfig = setting(help="How training pairs are cleaned.", factory=FilterConfig)
+    bpe: BpeConfig = setting(help="The subword vocabulary.", factory=BpeConfig)
 
     def validate(self, key: str) -> None:
         for name in ("src_lang", "tgt_lang"):  # they name files: data/test.en, data/test.de
@@ -205,33 +225,46 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    max_tokens: int = 4096  # per GPU per micro-step, max(source, target) tokens × sentences (fairseq)
-    update_freq: int = 1  # gradient accumulation: micro-steps per update
-    lr_schedule: Literal["inverse_sqrt", "noam"] = "inverse_sqrt"
-    lr: float = 7.0e-4  # the peak for inverse_sqrt; a scale factor for noam
-    warmup: int = 4000
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1.0e-9
-    weight_decay: float = 0.0
-    label_smoothing: float = 0.1
-    clip_norm: float = 0.0  # 0 disables gradient clipping
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    compile: bool = False  # torch.compile the model
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    max_steps: int = 100_000
-    max_epochs: int | None = None
-    max_time: str | None = None  # "12h", "90m", "3600s"; stop cleanly with a checkpoint
-    save_every: int = 1000  # steps
-    save_every_minutes: float | None = None  # also save by wall clock (the paper: every 10 minutes)
-    keep_last: int = 5  # step checkpoints kept; 0 keeps all
-    validate_every: int = 1000
-    valid_beam: int = 1  # 1: greedy decoding for valid BLEU
-    valid_max_sentences: int | None = None  # decode only the first N valid sentences for BLEU
-    patience: int | None = None  # validations without a better valid BLEU before stopping
-    log_every: int = 100
-    bleu_milestones: list[float] = field(default_factory=list)  # valid BLEU levels: when each was first reached
-    tensorboard: bool = False  # also write TensorBoard event files, to runs/<name>/tensorboard/ (mtx[tensorboard])
-    dist_timeout: str = "30m"  # how long ranks wait for one another (e.g. for rank 0's checkpoint write)
+    """How `mtx train` trains: batches, the optimiser and its schedule, precision, budgets, checkpoints, logs."""
+
+    max_tokens: int = setting(
+        4096, "Padded token slots per GPU per micro-batch: sentences × max(source, target length + 1), as "
+        "fairseq counts them.")
+    update_freq: int = setting(1, "Micro-batches whose gradients are accumulated into one update.")
+    lr_schedule: Literal["inverse_sqrt", "noam"] = setting(
+        "inverse_sqrt", "noam: the paper's d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), lr a scale factor; "
+        "inverse_sqrt: fairseq's linear warmup to lr, then ∝ 1/√step.")
+    lr: float = setting(7.0e-4, "The peak learning rate for inverse_sqrt; a scale factor for noam (the paper: 1).")
+    warmup: int = setting(4000, "Warmup updates.")
+    betas: list[float] = setting(help="Adam's β1 and β2 (the paper: 0.9, 0.98).", factory=lambda: [0.9, 0.98])
+    eps: float = setting(1.0e-9, "Adam's ε.")
+    weight_decay: float = setting(0.0, "Decoupled weight decay (AdamW); the paper has none.")
+    label_smoothing: float = setting(0.1, "ε_ls of the label-smoothed cross-entropy (§5.4).")
+    clip_norm: float = setting(0.0, "Clip the gradients' global norm to this; 0 disables clipping.")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = setting(
+        "auto", "auto: bf16 autocast on GPUs that have it, fp16 with a gradient scaler on older ones, fp32 on CPU.")
+    compile: bool = setting(False, "torch.compile the model, with dynamic shapes (one graph for every batch shape).")
+    device: Literal["auto", "cpu", "cuda"] = setting("auto", "auto: this rank's GPU if there is one, else the CPU.")
+    max_steps: int = setting(100_000, "Stop after this many updates.")
+    max_epochs: int | None = setting(None, "Stop after this many passes over the training data.")
+    max_time: str | None = setting(
+        None, "Stop after this much training time, summed over resumes: \"12h\", \"90m\", \"3600s\".")
+    save_every: int = setting(1000, "Write a step checkpoint every this many updates.")
+    save_every_minutes: float | None = setting(
+        None, "Also write one when this many minutes have passed since the last (the paper: every 10 minutes).")
+    keep_last: int = setting(5, "Step checkpoints kept, the newest; 0 keeps all.")
+    validate_every: int = setting(1000, "Compute the valid loss and BLEU every this many updates.")
+    valid_beam: int = setting(1, "Beam of the validation's decoding; 1 is greedy.")
+    valid_max_sentences: int | None = setting(None, "Decode only the first N valid sentences for BLEU.")
+    patience: int | None = setting(None, "Stop after this many validations without a better valid BLEU.")
+    log_every: int = setting(100, "Log the training loss, learning rate and speed every this many updates.")
+    bleu_milestones: list[float] = setting(
+        help="Valid BLEU levels whose first reaching is logged as a milestone (time to BLEU), e.g. [20, 25, 27].",
+        factory=list)
+    tensorboard: bool = setting(
+        False, "Also write TensorBoard event files to runs/<name>/tensorboard/ (needs mtx[tensorboard]).")
+    dist_timeout: str = setting(
+        "30m", "How long ranks wait for one another (for rank 0's checkpoint write, say) before giving up.")
 
     def validate(self, key: str) -> None:
         for name in ("max_tokens", "update_freq", "max_steps", "save_every", "validate_every", "log_every",
@@ -286,13 +319,14 @@ class DecodeConfig:
     So the errors can name a field either way: as a recipe key (`validate`) or as its flag (`validate_flags`).
     """
 
-    beam: int = 4
-    lenpen: float = 0.6  # α: score = log P(Y|X) / lp(|Y|)
-    lenpen_style: LengthPenaltyStyle = "gnmt"  # lp = ((5 + |Y|) / 6) ** α (GNMT, the paper's) or |Y| ** α (fairseq)
-    max_len_a: float = 1.0  # output length at most a · source length + b
-    max_len_b: int = 50
-    min_len: int = 0
-    nbest: int = 1  # translations kept per sentence, best first
+    beam: int = setting(4, "Beam size; 1 is greedy search.")
+    lenpen: float = setting(0.6, "Length penalty α: a hypothesis scores log P(Y|X) / lp(|Y|), |Y| counting EOS.")
+    lenpen_style: LengthPenaltyStyle = setting(
+        "gnmt", "lp(|Y|) = ((5 + |Y|) / 6)^α (gnmt: GNMT's, the paper's) or |Y|^α (fairseq).")
+    max_len_a: float = setting(1.0, "Output at most a · source tokens + b tokens (EOS not counted).")
+    max_len_b: int = setting(50, "See max_len_a.")
+    min_len: int = setting(0, "Output at least this many tokens before EOS.")
+    nbest: int = setting(1, "Translations kept per sentence, best first.")
 
     @classmethod
     def of_checkpoint(cls, checkpoint: dict[str, Any], **overrides: Any) -> DecodeConfig:
@@ -333,13 +367,17 @@ class DecodeConfig:
 
 @dataclass
 class Recipe:
-    name: str
-    data: DataConfig
-    seed: int = 1
-    run_dir: str | None = None  # default: runs/<name>, relative to the working directory
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    """A run: its name, seed and data, the model, how it trains and how it decodes."""
+
+    name: str = setting(help="The run's name; the run directory is runs/<name> unless run_dir says otherwise.")
+    data: DataConfig = setting(help="The corpus and how it is prepared.")
+    seed: int = setting(1, "The seed of initialisation, batch order and dropout: the same seed, the same run.")
+    run_dir: str | None = setting(None, "The run directory, relative to the working directory [default: runs/<name>].")
+    model: ModelConfig = setting(help="The Transformer's shape.", factory=ModelConfig)
+    train: TrainConfig = setting(help="How the model is trained.", factory=TrainConfig)
+    decode: DecodeConfig = setting(
+        help="How validation and `mtx translate` search (the flags of mtx translate override it).",
+        factory=DecodeConfig)
 
     @property
     def run_path(self) -> Path:
@@ -359,201 +397,3 @@ def strip_nones(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: strip_nones(v) for k, v in value.items() if v is not None}
     return value
-
-
-# --------------------------------------------------------------------------------------- loading, checking
-
-
-def _check(ok: bool, key: str, value: Any, what: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key} = {value!r} {what}.")
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"a list of {_type_name(typing.get_args(tp)[0])}"
-    if origin is dict:
-        return "a mapping"
-    if dataclasses.is_dataclass(tp):
-        return "a mapping"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-            type(None): "null"}.get(tp, str(tp))
-
-
-def _convert(value: Any, tp: Any, key: str) -> Any:
-    """Check `value` against the type hint `tp`, converting only where YAML is loose (1 for 1.0)."""
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _convert(value, arg, key)
-            except ConfigError:
-                if dataclasses.is_dataclass(arg) and isinstance(value, dict):
-                    raise
-        raise ConfigError(f"{key} = {value!r} must be {_type_name(tp)}.")
-    if origin is Literal:
-        if value in typing.get_args(tp):
-            return value
-        close = difflib.get_close_matches(str(value), [str(a) for a in typing.get_args(tp)], n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"{key} = {value!r} must be {_type_name(tp)}{hint}.")
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{key} = {value!r} must be {_type_name(tp)}.")
-        (item,) = typing.get_args(tp)
-        return [_convert(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key} = {value!r} must be a mapping.")
-        _, item = typing.get_args(tp)
-        return {str(k): _convert(v, item, f"{key}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
-        if value is None:  # an empty section (`train:`) means all defaults
-            value = {}
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key} must be a mapping of keys, got {value!r}.")
-        return _dataclass_from_mapping(tp, value, key)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "7e-4" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif tp is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise ConfigError(f"{key} = {value!r} must be {_type_name(tp)}.")
-
-
-def _dataclass_from_mapping(cls: type, values: dict[str, Any], prefix: str) -> Any:
-    """An instance of the dataclass `cls` (a recipe or one of its sections) from a parsed YAML mapping: each
-    key checked and typed by its field, the preset expanded and the whole validated, every error naming its
-    dotted key under `prefix`."""
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for name, value in values.items():
-        key = f"{prefix}.{name}" if prefix else str(name)
-        if name not in fields:
-            raise ConfigError(_unknown_key_message(key, str(name), prefix, list(fields)))
-        kwargs[name] = _convert(value, hints[name], key)
-    for name, f in fields.items():
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if required and name not in kwargs:
-            key = f"{prefix}.{name}" if prefix else name
-            raise ConfigError(f"{key} is missing: the recipe must set it ({_type_name(hints[name])}).")
-    obj = cls(**kwargs)
-    if isinstance(obj, ModelConfig):
-        obj = resolve_model(obj)
-    if hasattr(obj, "validate"):
-        obj.validate(prefix)
-    return obj
-
-
-def _all_keys(cls: type, prefix: str = "") -> list[str]:
-    """Every dotted key a recipe may hold, for suggestions across sections (`max_tokens` → train.max_tokens)."""
-    keys = []
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        key = f"{prefix}.{f.name}" if prefix else f.name
-        keys.append(key)
-        inner = [a for a in typing.get_args(hints[f.name]) if dataclasses.is_dataclass(a)]
-        nested = hints[f.name] if dataclasses.is_dataclass(hints[f.name]) else (inner[0] if inner else None)
-        if nested is not None:
-            keys.extend(_all_keys(nested, key))
-    return keys
-
-
-def _unknown_key_message(key: str, name: str, prefix: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-    if close:
-        suggestion = f"did you mean {prefix + '.' if prefix else ''}{close[0]}?"
-    else:
-        elsewhere = [k for k in _all_keys(Recipe) if k.rsplit(".", 1)[-1] == name]
-        suggestion = (f"did you mean {elsewhere[0]}?" if elsewhere
-                      else f"valid keys here: {', '.join(valid)}.")
-    return f"Unknown recipe key {key}: {suggestion}"
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`train.max_steps=200` → (["train", "max_steps"], 200), the value typed by YAML."""
-    if "=" not in text:
-        raise ConfigError(f"--set {text!r} must look like KEY=VALUE, e.g. --set train.max_steps=200.")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
-        raise ConfigError(f"--set {text!r}: {key!r} is not a dotted recipe key such as train.max_steps.")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({e}).") from None
-    return key.split("."), value
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    for text in overrides:
-        path, value = parse_override(text)
-        node = raw
-        for i, part in enumerate(path[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                where = ".".join(path[: i + 1])
-                raise ConfigError(f"--set {text!r}: {where} is a value, not a section.")
-            node = child
-        node[path[-1]] = value
-    return raw
-
-
-def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Read, override, validate. Every failure is a ConfigError naming the file and key."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"Recipe {path} does not exist: pass the path of a YAML recipe, e.g. recipes/demo.yaml.")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"Recipe {path} is not valid UTF-8 (byte {e.start}).") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"Recipe {path} is not valid YAML{where}: {problem}.") from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"Recipe {path} must be a mapping of sections (name, data, model, train, decode).")
-    raw = apply_overrides(raw, overrides or [])
-    try:
-        return _dataclass_from_mapping(Recipe, raw, "")
-    except ConfigError as e:
-        raise ConfigError(f"Recipe {path}: {e}") from None
-
-
-def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
-    """A recipe from an already-parsed mapping, e.g. the copy stored in a checkpoint or manifest."""
-    return _dataclass_from_mapping(Recipe, raw, "")
-
-
-def dump_recipe(recipe: Recipe) -> str:
-    return yaml.safe_dump(recipe.to_dict(), sort_keys=False, allow_unicode=True, default_flow_style=None)

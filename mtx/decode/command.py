@@ -1,24 +1,14 @@
 """`mtx translate`: a stream of lines (a file or a pipe) in, one translation per line out, in order.
 
-The translator (mtx.decode.translator) is fed windows of at most `READ_AHEAD_LINES` lines from a reader thread, so
-memory stays bounded, reading overlaps decoding, and each window's output is written and flushed before the
-next is decoded. Lines are split at b"\\n" only, as `wc -l` and `paste` count them, and every translation
-is one line, so the output has exactly the input's lines, in its order.
-
-With `--alignment`, each translation is followed by " ||| " and its word alignment in Pharaoh format (the
-convention of Moses' and Marian's tools): "source-target" word indices, 0-based, one link per target word
-(mtx.decode.alignment). An empty input line then gives " ||| ", so that every output line splits into the same two
-fields; with `--nbest`, where each hypothesis carries its own alignment, it still gives an empty line, as it
-has no hypotheses.
-
-With `--format jsonl`, each output line is instead one JSON object (`json_line`): what a pipeline wants to read
-without parsing tabs and separators, with the subword tokens and their log-probabilities besides the text.
+The translator (mtx.decode.translator) is fed windows of at most `READ_AHEAD_LINES` lines from a reader thread,
+so memory stays bounded, reading overlaps decoding, and each window's output is written and flushed before the
+next is decoded. Lines are split at b"\\n" only, as `wc -l` and `paste` count them, and every translation is one
+line (mtx.decode.output), so the output has exactly the input's lines, in its order.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import sys
@@ -26,19 +16,17 @@ import threading
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import TYPE_CHECKING, Annotated, BinaryIO, Literal
 
-import torch
+import typer
 
-from mtx.config.recipe import DecodeConfig
-from mtx.decode.alignment import default_alignment_layer, pharaoh
-from mtx.decode.translator import Dtype, Translation, TranslationStats, Translator, prepare_model
-from mtx.devices import DeviceName, choose_device
 from mtx.errors import MtxError
-from mtx.tokenizer import EOS, SPECIAL_TOKENS, Tokenizer
+
+if TYPE_CHECKING:
+    from mtx.decode.translator import Dtype, TranslationStats
+    from mtx.devices import DeviceName
 
 READ_AHEAD_LINES = 2000  # a window: enough sentences for length sorting to pay off, few enough to stream
-ALIGNMENT_SEPARATOR = " ||| "  # between a translation and its alignment, as Moses and Marian write it
 
 Errors = Literal["strict", "replace"]
 OutputFormat = Literal["text", "jsonl"]
@@ -103,50 +91,6 @@ def read_ahead(lines: Iterable[str], window: int) -> Iterator[list[str]]:
             raise item
 
 
-def format_nbest(nbest: list[Translation], with_scores: bool, with_alignment: bool = False) -> str:
-    """One output line: the best text alone, or (for --nbest > 1) score<TAB>text pairs joined by tabs; with
-    alignments, each text followed by " ||| " and its alignment (an empty 1-best line: the separator alone)."""
-
-    def shown(translation: Translation) -> str:
-        if not with_alignment:
-            return translation.text
-        return f"{translation.text}{ALIGNMENT_SEPARATOR}{pharaoh(translation.alignment or [])}"
-
-    if not with_scores:
-        return shown(nbest[0]) if nbest else (ALIGNMENT_SEPARATOR if with_alignment else "")
-    return "\t".join(f"{translation.score:.4f}\t{shown(translation)}" for translation in nbest)
-
-
-def json_fields(translation: Translation, tokenizer: Tokenizer, with_alignment: bool) -> dict[str, object]:
-    """A hypothesis as JSON: its text and score, its subword tokens as the text spells them (each with the space
-    before it, if any) followed by "</s>" for EOS, and one log-probability per token, EOS's last; with
-    alignments, its (source word, target word) links."""
-    fields: dict[str, object] = {
-        "text": translation.text,
-        "score": translation.score,
-        "tokens": [*tokenizer.pieces(translation.tokens), SPECIAL_TOKENS[EOS]],
-        "token_log_probs": list(translation.token_log_probs),
-    }
-    if with_alignment:
-        fields["alignment"] = [list(link) for link in translation.alignment or []]
-    return fields
-
-
-def json_line(nbest: list[Translation], tokenizer: Tokenizer, with_nbest: bool, with_alignment: bool) -> str:
-    """One input line's translation as one JSON object: the best hypothesis' fields, and (for --nbest > 1) the
-    n-best list, best first, as "nbest". An empty input line has no hypothesis: an empty text, a null score,
-    no tokens."""
-    if nbest:
-        line = json_fields(nbest[0], tokenizer, with_alignment)
-    else:
-        line = {"text": "", "score": None, "tokens": [], "token_log_probs": []}
-        if with_alignment:
-            line["alignment"] = []
-    if with_nbest:
-        line["nbest"] = [json_fields(translation, tokenizer, with_alignment) for translation in nbest]
-    return json.dumps(line, ensure_ascii=False)
-
-
 def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_path: Path | None, *,
                    options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
                    threads: int | None, errors: Errors, log: Callable[[str], None], alignment: bool = False,
@@ -160,7 +104,14 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     None: `default_alignment_layer`) of the first model, which only applies with it. `output_format` "jsonl"
     writes `json_line`s instead of text lines.
     """
+    import torch
+
+    from mtx.config.recipe import DecodeConfig
+    from mtx.decode.alignment import default_alignment_layer
     from mtx.decode.ensemble import load_models
+    from mtx.decode.output import format_nbest, json_line
+    from mtx.decode.translator import Dtype, Translation, Translator, prepare_model
+    from mtx.devices import DeviceName, choose_device
 
     check_choice("--device", device, DeviceName)
     check_choice("--dtype", dtype, Dtype)
@@ -216,3 +167,78 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             "lines to translate them whole.\n")
     log(f"translated {stats.summary()}\n")
     return stats
+
+
+def translate(
+    model: Annotated[list[Path], typer.Option(
+        "-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average). Given several times: an "
+        "ensemble, which averages the models' next-token probabilities at every step; the models must share a "
+        "tokenizer, and the first one's recipe sets the defaults and aligns.")],
+    input_: Annotated[
+        Path | None, typer.Option("-i", "--input", metavar="IN", help="Sentences, one per line [default: stdin].")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", metavar="OUT", help="Translations [default: stdout].")
+    ] = None,
+    beam: Annotated[int | None, typer.Option(help="Beam size; 1 is greedy search. [default: the recipe's, 4]")] = None,
+    lenpen: Annotated[
+        float | None,
+        typer.Option(help="Length penalty α: score = log P(Y|X) / lp(|Y|), |Y| counting EOS. [default: recipe's, 0.6]"),
+    ] = None,
+    lenpen_style: Annotated[
+        str | None,
+        typer.Option(metavar="gnmt|fairseq", help="lp(|Y|) = ((5 + |Y|) / 6)^α (GNMT, the paper's) or |Y|^α. "
+                     "[default: recipe's, gnmt]"),
+    ] = None,
+    max_len_a: Annotated[
+        float | None, typer.Option(help="Output ≤ a · source tokens + b (EOS not counted). [default: recipe's, 1.0]")
+    ] = None,
+    max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a. [default: recipe's, 50]")] = None,
+    min_len: Annotated[int | None, typer.Option(help="Output at least N tokens. [default: recipe's, 0]")] = None,
+    nbest: Annotated[
+        int | None, typer.Option(help="Print the N best, each line 'score<TAB>text' pairs joined by tabs (N > 1). "
+                                 "[default: recipe's, 1]")
+    ] = None,
+    batch_tokens: Annotated[
+        int, typer.Option(help="Batch size: sentences × max(source length, output limit), EOS included.")
+    ] = 4096,
+    device: Annotated[str, typer.Option(metavar="auto|cpu|cuda", help="auto: cuda if there is one.")] = "auto",
+    dtype: Annotated[
+        str,
+        typer.Option(metavar="auto|fp32|bf16|fp16|int8", help="auto: fp32 on CPU, bf16 (else fp16) on GPU; "
+                     "int8: dynamically quantized linear layers, CPU only."),
+    ] = "auto",
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads [default: PyTorch's, one per core]. On a CPU, up to this many batches are decoded "
+             "side by side on one thread each.")] = None,
+    errors: Annotated[
+        str, typer.Option(metavar="strict|replace", help="Invalid UTF-8 input: stop with the line number, or U+FFFD.")
+    ] = "strict",
+    alignment: Annotated[bool, typer.Option(
+        "--alignment", help="Follow each translation with ' ||| ' and its word alignment in Pharaoh format: "
+        "'source-target' word indices, 0-based, one link per target word (Moses' and Marian's convention). An "
+        "empty input line gives ' ||| ' (with --nbest > 1: an empty line).")] = False,
+    alignment_layer: Annotated[int | None, typer.Option(
+        metavar="N", help="With --alignment: the decoder layer (0-based) whose cross-attention, heads averaged, "
+        "aligns. [default: the last layer of a decoder of one or two layers, else the penultimate]")] = None,
+    format_: Annotated[str, typer.Option(
+        "--format", metavar="text|jsonl", help="jsonl: one JSON object per input line instead of a text line: "
+        "text, score, tokens (the subwords, then </s>), token_log_probs (one per token), with --alignment "
+        "alignment ([source, target] pairs), with --nbest > 1 nbest (a list of such objects).")] = "text",
+) -> None:
+    """Translate one sentence per line with beam search, keeping line count and order.
+
+    Scores are log P(Y|X) / lp(|Y|) with GNMT's length penalty lp = ((5 + |Y|) / 6)^α (α = --lenpen), or
+    fairseq's |Y|^α with --lenpen-style fairseq. Flags left unset take the checkpoint's recipe (decode:).
+    Sources longer than the model's max_positions are truncated, with a warning that counts them.
+    --alignment aligns words after the search, with one more pass of the translations through the decoder.
+    Several -m decode as an ensemble (e.g. models trained with different seeds), at the cost of running each.
+
+    Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
+    """
+    chosen = dict(beam=beam, lenpen=lenpen, lenpen_style=lenpen_style, max_len_a=max_len_a, max_len_b=max_len_b,
+                  min_len=min_len, nbest=nbest)
+    options = {k: v for k, v in chosen.items() if v is not None}
+    translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
+                   threads=threads, errors=errors, log=sys.stderr.write, alignment=alignment,
+                   alignment_layer=alignment_layer, output_format=format_)
