@@ -47,11 +47,11 @@ coverage: install
 	$(BIN)/coverage html -q -d coverage-html
 
 # Mutation testing (mutmut; TESTING.md) of the modules whose mistakes cost most: search, loss, batching,
-# checkpoints, scoring, and the trainer's schedule and stop logic. A development target, not part of `make test`:
-# about two hours on 2 cores. The test selection is in pyproject.toml; `$(BIN)/mutmut show NAME` shows a mutant.
-MUTANTS := 'mtx.decode.search.*' 'mtx.train.loss.*' 'mtx.data.batching.*' 'mtx.checkpoint.*' 'mtx.score.metrics.*' \
-	'mtx.train.trainer.x_learning_rate__mutmut_*' 'mtx.train.trainer.x_dropout_seed__mutmut_*' 'mtx.train.trainer.xǁStopSignalsǁ*' \
-	'mtx.train.trainer.xǁStopReasonǁ*' $(foreach m,_agree _after_update _budget_spent _time_spent _finish _validate,\
+# checkpoints and their averaging, scoring, the stopping rules, and the trainer's schedule and stop logic. A
+# development target, not part of `make test`: about two hours on 2 cores. The test selection is in pyproject.toml; `$(BIN)/mutmut show NAME` shows a mutant.
+MUTANTS := 'mtx.decode.search.*' 'mtx.train.loss.*' 'mtx.data.batching.*' 'mtx.checkpoint.*' 'mtx.train.average.*' \
+	'mtx.score.*' 'mtx.train.stopping.*' 'mtx.train.trainer.x_learning_rate__mutmut_*' \
+	'mtx.train.trainer.x_dropout_seed__mutmut_*' $(foreach m,_agree _after_update _finish _validate,\
 	'mtx.train.trainer.xǁTrainerǁ$(m)__mutmut_*')
 
 mutants: install

@@ -1,4 +1,4 @@
-"""`mtx train`: the paper's training setup (§5) in one loop, from one CPU to many GPUs.
+"""The trainer: the paper's training setup (§5) in one loop, from one CPU to many GPUs (`mtx train`).
 
 One update: this rank's micro-batches (mtx.data.batching) run forward and backward under autocast, DDP's
 gradient all-reduce held back (`no_sync`) until the last one; the summed label-smoothed loss is divided by the
@@ -13,20 +13,18 @@ order is a pure function of (seed, epoch) and dropout is reseeded at every updat
 so no RNG state has to be carried over: a run stopped and resumed draws the very same batches and dropout
 masks as a run that never stopped.
 
-The loop checks its budgets (max_steps, max_epochs, max_time, patience) and the stop signals between updates,
-the ranks agreeing through the same all-reduce (on the host) that sums the update's token count; a signal also
-cuts a validation short (mtx.train.validation). On stopping it writes the checkpoint of that step first and returns,
-and running the same command again resumes. While the GPU computes an update, a background thread collates the
-next. What the run reports goes to metrics.jsonl, stderr and TensorBoard (mtx.train.metrics_log).
+Between updates the loop asks the stopping rules (mtx.train.stopping: budgets, patience, stop signals), the
+ranks agreeing through the same all-reduce (on the host) that sums the update's token count; a signal also
+cuts a validation short (mtx.train.validation). On stopping it writes the checkpoint of that step first and
+returns, and running the same command again resumes. While the GPU computes an update, a background thread
+collates the next. What the run reports goes to metrics.jsonl, stderr and TensorBoard (mtx.train.metrics_log).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import inspect
 import math
-import signal
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -53,9 +51,9 @@ from mtx.train.metrics_log import MetricsLog
 from mtx.train.milestones import describe_milestones, milestones_reached
 from mtx.train.run_data import check_data_matches_recipe, load_valid_set, training_batches
 from mtx.train.run_lock import RunLock
+from mtx.train.stopping import Budgets, StopReason, StopSignals, improves
 from mtx.train.validation import Validator
 
-STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGHUP")  # SIGUSR1: SLURM's --signal=USR1@T warning, via torchrun
 MIN_LOSS_SCALE = 1e-4  # fp16: a grad scaler halved this far finds inf/NaN gradients at any scale (fairseq's limit)
 
 
@@ -97,54 +95,6 @@ def dropout_seed(seed: int, step: int, rank: int) -> int:
     return ((seed * 1_000_003 + step) * 1_009 + rank) % 2**63
 
 
-class StopReason(enum.Enum):
-    """Why training stops, worded for the user with the recipe's values. A budget spent (every reason but
-    SIGNAL) asks for that budget to be raised to train on; after a signal, the same command resumes."""
-
-    MAX_STEPS = "train.max_steps = {cfg.max_steps} reached"
-    MAX_EPOCHS = "train.max_epochs = {cfg.max_epochs} reached"
-    MAX_TIME = "train.max_time = {cfg.max_time} of training reached"
-    PATIENCE = "early stopping: valid BLEU has not improved in {cfg.patience} validations (train.patience)"
-    SIGNAL = "stopped by {signal}"
-
-    def describe(self, cfg: TrainConfig, signal: str | None = None) -> str:
-        """The reason in words; `signal` names the stop signal of SIGNAL (None: one sent to another rank)."""
-        return self.value.format(cfg=cfg, signal=signal or "a signal to another rank")
-
-
-class StopSignals:
-    """SIGTERM, SIGINT, SIGUSR1 or SIGHUP (a pre-emption, SLURM's advance warning, Ctrl-C, a closed terminal)
-    asks the loop to stop after the current update, or in the middle of a validation, and save.
-
-    Under torchrun the signal reaches the launcher, which forwards it to every worker and kills them after
-    its --shutdown-timeout: the stop must fit in that window. SIGUSR1 and SIGHUP would otherwise kill the
-    process outright. A second SIGINT aborts at once. Handlers can only be set in the main thread; elsewhere
-    this does nothing.
-    """
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.received = signal.Signals(signum).name
-
-    def __enter__(self) -> StopSignals:
-        try:
-            for name in STOP_SIGNALS:
-                signum = getattr(signal, name)
-                self._previous[signum] = signal.signal(signum, self._handle)
-        except ValueError:
-            pass
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
 class Trainer:
     """Builds the run from the recipe and its prepared data, resumes it if it has checkpoints, and trains.
 
@@ -175,8 +125,9 @@ class Trainer:
                                            eps=self.cfg.eps, weight_decay=self.cfg.weight_decay,
                                            fused=ctx.device.type == "cuda")
         self.signals = StopSignals()
+        self.budgets = Budgets(self.cfg, self.plan.updates_per_epoch)
         self.validator = None if valid is None else Validator(valid, recipe, ctx, self.model, self.tokenizer,
-                                                              self.signals, self._autocast)
+                                                              self.signals.requested, self._autocast)
         self.keeper = CheckpointKeeper(recipe, ctx, self.model, self.tokenizer, self.optimizer, self.scaler,
                                        say=self.log.say)
         progress = self._resume(restart)
@@ -185,8 +136,6 @@ class Trainer:
         self.log.open_window(progress)
         self.session_start = time.monotonic()
         self.seconds_before = self.state.train_seconds
-        max_time = self.cfg.max_time  # parsed once here, not at every look at the clock
-        self.max_seconds = math.inf if max_time is None else parse_duration(max_time, "train.max_time")
         self.last_lr, self.last_grad_norm = 0.0, torch.zeros(())
 
     def _resume(self, restart: bool) -> dict[str, Any]:
@@ -239,7 +188,7 @@ class Trainer:
     def _agree(self, batches: list[Batch]) -> tuple[float, StopReason | None, bool]:
         """One all-reduce (on the host) before each update: its target tokens on all ranks, and whether any rank
         was signalled, ran out of time or is due a wall-clock save, so that all ranks stop or save together."""
-        local = [sum(b.n_tgt_tokens for b in batches), self.signals.received is not None,
+        local = [sum(b.n_tgt_tokens for b in batches), self.signals.requested(),
                  self._time_spent() is not None, self.keeper.save_due()]
         n_tokens, signalled, out_of_time, save_due = distributed.all_reduce_sum(
             torch.tensor(local, dtype=torch.float64)).tolist()
@@ -319,7 +268,7 @@ class Trainer:
         if scores is None:
             return StopReason.SIGNAL
         (loss, nll, bleu), state = scores, self.state
-        if state.best_bleu is None or bleu > state.best_bleu:
+        if improves(bleu, state.best_bleu):
             state.best_bleu, state.bad_validations = bleu, 0
             self.keeper.save_best(state.step)
         else:
@@ -340,19 +289,12 @@ class Trainer:
     # ---- stopping
 
     def _budget_spent(self) -> StopReason | None:
-        """The budgets every rank sees alike; time, which each rank measures, is agreed on in `_agree`."""
-        state, cfg = self.state, self.cfg
-        if state.step >= cfg.max_steps:
-            return StopReason.MAX_STEPS
-        epochs_done = state.epoch - 1 + (state.update_in_epoch == self.plan.updates_per_epoch)
-        if cfg.max_epochs is not None and epochs_done >= cfg.max_epochs:
-            return StopReason.MAX_EPOCHS
-        if cfg.patience is not None and state.bad_validations >= cfg.patience:
-            return StopReason.PATIENCE
-        return None
+        """The budgets that every rank sees alike; time, which each rank measures, is agreed on in `_agree`."""
+        state = self.state
+        return self.budgets.spent(state.step, state.epoch, state.update_in_epoch, state.bad_validations)
 
     def _time_spent(self) -> StopReason | None:
-        return StopReason.MAX_TIME if self._elapsed() >= self.max_seconds else None
+        return self.budgets.time_spent(self._elapsed())
 
     def _finish(self, reason: StopReason) -> TrainState:
         """The stop path, which a pre-emption gives seconds: the step checkpoint first, nothing else before it."""

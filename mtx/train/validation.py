@@ -1,8 +1,9 @@
 """Validation during training: the valid loss and BLEU of the model being trained, shared among the ranks.
 
 The valid loss needs a forward pass per batch; BLEU needs the valid sources decoded, which takes far longer,
-so a stop signal is looked at between batches and between chunks of sentences, and a validation it cuts short
-records nothing: a pre-emption gives seconds, and the checkpoint comes first.
+so whether to stop (a stop signal, as the trainer's `stop_requested` tells) is asked between batches and
+between chunks of sentences, and a validation cut short records nothing: a pre-emption gives seconds, and the
+checkpoint comes first.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,19 +22,18 @@ from mtx.train import distributed
 from mtx.train.loss import batch_loss
 from mtx.train.run_data import ValidSet
 
-if TYPE_CHECKING:
-    from mtx.train.trainer import StopSignals
-
-VALID_CHUNK = 200  # valid sentences decoded between two looks at the stop signals
+VALID_CHUNK = 200  # valid sentences decoded between two looks at `stop_requested`
 
 
 class Validator:
     """Scores the model on the valid set, each rank taking every world-th batch and sentence."""
 
     def __init__(self, valid: ValidSet, recipe: Recipe, ctx: distributed.Context, model: Transformer,
-                 tokenizer: Tokenizer, signals: StopSignals, autocast: Callable[[], AbstractContextManager]) -> None:
+                 tokenizer: Tokenizer, stop_requested: Callable[[], bool],
+                 autocast: Callable[[], AbstractContextManager]) -> None:
         self.recipe, self.cfg, self.ctx = recipe, recipe.train, ctx
-        self.valid, self.model, self.tokenizer, self.signals, self.autocast = valid, model, tokenizer, signals, autocast
+        self.valid, self.model, self.tokenizer, self.autocast = valid, model, tokenizer, autocast
+        self.stop_requested = stop_requested
 
     def run(self) -> tuple[float, float, float] | None:
         """Per-token valid loss and nll, and BLEU; None if a stop signal cut the validation short."""
@@ -54,11 +53,11 @@ class Validator:
         sums = torch.zeros(3, dtype=torch.float64, device=self.ctx.device)
         with torch.no_grad(), self.autocast():
             for indices in self.valid.batches[self.ctx.rank :: self.ctx.world]:
-                if self.signals.received is not None:
+                if self.stop_requested():
                     break
                 batch = collate(self.valid.split, indices).to(self.ctx.device)
                 sums += torch.stack(batch_loss(self.model, batch, self.cfg.label_smoothing)).double()
-        stopped = torch.tensor([self.signals.received is not None], dtype=torch.float64)
+        stopped = torch.tensor([self.stop_requested()], dtype=torch.float64)
         loss_sum, nll_sum, n_tokens, signalled = distributed.all_reduce_sum(torch.cat([sums.cpu(), stopped])).tolist()
         return None if signalled else (loss_sum / n_tokens, nll_sum / n_tokens)
 
@@ -72,10 +71,10 @@ class Validator:
         decode = dataclasses.replace(self.recipe.decode, beam=self.cfg.valid_beam)
         mine, hyps = self.valid.sources[rank::world], []
         for start in range(0, len(mine), VALID_CHUNK):
-            if self.signals.received is not None:
+            if self.stop_requested():
                 break
             hyps += translate_sentences(self.model, self.tokenizer, mine[start : start + VALID_CHUNK], decode)
-        shards = distributed.all_gather_objects((hyps, self.signals.received is not None))
+        shards = distributed.all_gather_objects((hyps, self.stop_requested()))
         if any(stopped for _, stopped in shards):
             return None
         return corpus_bleu([shards[i % world][0][i // world] for i in range(len(self.valid.sources))],
