@@ -256,7 +256,7 @@ def check_same_function(model: Transformer, marian, batch: Batch, name: str = "m
     """mtx and its Marian twin must give the same log-probabilities (to 1e-4), or a comparison of their speed
     would compare different work; prints the largest difference and raises if it is over."""
     with torch.inference_mode():
-        ours = torch.log_softmax(model(batch.src, batch.src_pad, batch.tgt_in), dim=-1)
+        ours = torch.log_softmax(model.output_logits(model(batch.src, batch.src_pad, batch.tgt_in)), dim=-1)
         theirs = torch.log_softmax(marian(input_ids=batch.src, attention_mask=(~batch.src_pad).long(),
                                           decoder_input_ids=batch.tgt_in, use_cache=False).logits, dim=-1)
     keep = batch.tgt_out != PAD

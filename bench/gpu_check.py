@@ -394,7 +394,7 @@ def measure_training(stage: Stage, preset: str, vocab: int, max_tokens: int, ste
     # On a CPU the point is that the path through torch.compile runs, not how fast inductor's C++ build is.
     backend = ("inductor" if stage.cuda else "eager") if compiled else None
     forward = torch.compile(model, backend=backend, dynamic=True) if backend else model  # as the trainer does
-    updater = Updater(lambda b: batch_loss(forward, b, LABEL_SMOOTHING)[0], model, device, autocast(config))
+    updater = Updater(lambda b: batch_loss(model, b, LABEL_SMOOTHING, run=forward)[0], model, device, autocast(config))
     mode = "compiled" if compiled else "eager"
     cfg = {**config, "preset": preset, "mode": mode, "max_tokens": max_tokens, "steps": steps,
            "tgt_tokens_per_step": round(tokens / len(batches)), "lengths": "15-35"}

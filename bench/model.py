@@ -45,7 +45,7 @@ def main() -> None:
     batch = random_batch(args.batch, args.vocab, 15, 35, seed=1)
     config = {"preset": args.preset, "vocab": args.vocab, "batch": args.batch, "lengths": "15-35",
               "threads": args.threads, "dtype": "fp32", "device": "cpu"}
-    forwards = {"mtx": lambda: model(batch.src, batch.src_pad, batch.tgt_in)}
+    forwards = {"mtx": lambda: model.output_logits(model(batch.src, batch.src_pad, batch.tgt_in))}
     steps = {"mtx": lambda: mtx_decode(model, batch.src, batch.src_pad, args.steps)}
 
     missing = peers_missing("transformers")

@@ -229,7 +229,7 @@ def greedy_divergence_gaps(model: torch.nn.Module, batches: Batches, reference: 
             if t is None:
                 continue
             tgt_in = torch.tensor([[BOS, *ours[:t]]])
-            log_probs = torch.log_softmax(model(src, src_pad, tgt_in)[0, -1].float(), dim=-1)
+            log_probs = torch.log_softmax(model.output_logits(model(src, src_pad, tgt_in)[0, -1]).float(), dim=-1)
             gaps.append(float(log_probs[ours[t]] - log_probs[theirs[t]]))
     return gaps
 

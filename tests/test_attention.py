@@ -1,4 +1,5 @@
-"""The explicit attention path: the fast path's outputs, and weights that are distributions over what may be seen."""
+"""Attention weights kept by the model's own sub-layers: the same outputs as without, and weights that are
+distributions over what each query may see."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ import copy
 import pytest
 import torch
 
-from mtx.attention import attention_maps, cross_attention
 from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.decode.translator import prepare_model
-from mtx.model.transformer import Transformer
+from mtx.model.transformer import AttentionWeights, Transformer
 
 VOCAB = 50
 LENGTHS = (7, 4, 9)  # source lengths: the shorter two are padded
@@ -34,18 +34,31 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return src, src == 0, tgt_in
 
 
+def kept(model: Transformer, src: torch.Tensor, src_pad: torch.Tensor, tgt_in: torch.Tensor
+         ) -> tuple[AttentionWeights, torch.Tensor]:
+    """The weights of one teacher-forced pass, and its decoder states."""
+    attention = AttentionWeights()
+    with torch.inference_mode():
+        states = model(src, src_pad, tgt_in, attention=attention)
+    return attention, states
+
+
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_explicit_path_gives_the_fast_paths_outputs(norm: str) -> None:
+def test_keeping_the_weights_gives_the_fast_paths_outputs(norm: str) -> None:
+    """Sub-layers that keep their weights compute the attention written out, softmax(Q Kᵀ / √Dh) V with those
+    very weights, and the pass ends where the fused kernels' pass ends."""
     model = small_model(norm)
     src, src_pad, tgt_in = padded_batch()
-    maps = attention_maps(model, src, src_pad, tgt_in)
+    attention, states = kept(model, src, src_pad, tgt_in)
     with torch.no_grad():
         expected = model(src, src_pad, tgt_in)
-        states = model(src, src_pad, tgt_in, project=False)
-    torch.testing.assert_close(torch.log_softmax(maps.outputs, -1), torch.log_softmax(expected, -1), atol=1e-5,
-                               rtol=0)
-    torch.testing.assert_close(attention_maps(model, src, src_pad, tgt_in, project=False).outputs, states,
-                               atol=1e-5, rtol=0)
+        memory = model.encode(src, src_pad)
+    torch.testing.assert_close(states, expected, atol=1e-5, rtol=0)
+    encoder_kept = AttentionWeights()
+    with torch.inference_mode():
+        torch.testing.assert_close(model.encode(src, src_pad, encoder_kept), memory, atol=1e-5, rtol=0)
+    assert len(encoder_kept.encoder) == 2 and not encoder_kept.decoder and not encoder_kept.cross
+    torch.testing.assert_close(encoder_kept.stacked("encoder"), attention.stacked("encoder"))
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
@@ -54,34 +67,35 @@ def test_every_row_is_a_distribution_over_what_its_query_may_see(norm: str) -> N
     positions (the decoder's self-attention is causal)."""
     model = small_model(norm)
     src, src_pad, tgt_in = padded_batch()
-    maps = attention_maps(model, src, src_pad, tgt_in)
+    attention, _ = kept(model, src, src_pad, tgt_in)
+    encoder, decoder, cross = (attention.stacked(kind) for kind in ("encoder", "decoder", "cross"))
     batch, source, target, heads = len(LENGTHS), src.shape[1], tgt_in.shape[1], model.cfg.heads
-    assert maps.encoder.shape == (batch, 2, heads, source, source)
-    assert maps.decoder.shape == (batch, 3, heads, target, target)
-    assert maps.cross.shape == (batch, 3, heads, target, source)
-    for weights in (maps.encoder, maps.decoder, maps.cross):
+    assert encoder.shape == (batch, 2, heads, source, source)
+    assert decoder.shape == (batch, 3, heads, target, target)
+    assert cross.shape == (batch, 3, heads, target, source)
+    for weights in (encoder, decoder, cross):
         assert weights.dtype == torch.float32
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-6, rtol=0)
     padding = src_pad[:, None, None, None, :]
-    for weights in (maps.encoder, maps.cross):
+    for weights in (encoder, cross):
         assert bool((weights.masked_select(padding) == 0).all())
         assert bool((weights.masked_select(~padding) > 0).all())
     later = torch.ones(target, target, dtype=torch.bool).triu(diagonal=1)
-    assert bool((maps.decoder[..., later] == 0).all())
-    assert bool((maps.decoder[..., ~later] > 0).all())
+    assert bool((decoder[..., later] == 0).all())
+    assert bool((decoder[..., ~later] > 0).all())
 
 
 def test_one_layers_cross_attention_is_that_of_the_whole_pass() -> None:
-    """Given the encoder output of the fast path, as a search has it, one layer's weights are those of
-    `attention_maps`."""
+    """Given the encoder output of the fast path, as a search has it, one layer's weights are those of the
+    whole pass."""
     model = small_model("post")
     src, src_pad, tgt_in = padded_batch()
-    maps = attention_maps(model, src, src_pad, tgt_in)
-    with torch.no_grad():
+    attention, _ = kept(model, src, src_pad, tgt_in)
+    with torch.inference_mode():
         memory = model.encode(src, src_pad)
-    for layer in range(3):
-        torch.testing.assert_close(cross_attention(model, memory, src_pad, tgt_in, layer), maps.cross[:, layer],
-                                   atol=1e-6, rtol=0)
+        for layer in range(3):
+            torch.testing.assert_close(model.cross_attention_weights(memory, src_pad, tgt_in, layer),
+                                       attention.cross[layer], atol=1e-6, rtol=0)
 
 
 def test_half_precision_and_int8_models_give_float32_distributions() -> None:
@@ -89,16 +103,20 @@ def test_half_precision_and_int8_models_give_float32_distributions() -> None:
     weights close to the float32 model's."""
     model = small_model("pre")
     src, src_pad, tgt_in = padded_batch()
-    exact = attention_maps(model, src, src_pad, tgt_in).cross
+    exact = kept(model, src, src_pad, tgt_in)[0].stacked("cross")
     for dtype in ("bf16", "int8"):
-        maps = attention_maps(prepare_model(copy.deepcopy(model), torch.device("cpu"), dtype), src, src_pad, tgt_in)
-        assert maps.cross.dtype == torch.float32
-        torch.testing.assert_close(maps.cross.sum(-1), torch.ones(maps.cross.shape[:-1]), atol=1e-5, rtol=0)
-        assert (maps.cross - exact).abs().max() < 0.05, dtype
+        cross = kept(prepare_model(copy.deepcopy(model), torch.device("cpu"), dtype), src, src_pad,
+                     tgt_in)[0].stacked("cross")
+        assert cross.dtype == torch.float32
+        torch.testing.assert_close(cross.sum(-1), torch.ones(cross.shape[:-1]), atol=1e-5, rtol=0)
+        assert (cross - exact).abs().max() < 0.05, dtype
 
 
 def test_a_model_in_training_mode_is_refused() -> None:
+    """Dropout would change the weights: they are those of the model that translates, in eval mode."""
     model = small_model("post").train()
     src, src_pad, tgt_in = padded_batch()
     with pytest.raises(ValueError, match="eval mode"):
-        attention_maps(model, src, src_pad, tgt_in)
+        model(src, src_pad, tgt_in, attention=AttentionWeights())
+    with pytest.raises(ValueError, match="eval mode"):
+        model.cross_attention_weights(model.encode(src, src_pad), src_pad, tgt_in, 0)

@@ -62,7 +62,7 @@ def _teacher_forced_and_cached(model: Transformer, src: Tensor, tgt_in: Tensor) 
     """(B, T, V) log-probabilities of `forward` and of `decode_step` stepped over `tgt_in`, in float32."""
     src_pad = src == PAD
     with torch.inference_mode():
-        forced = F.log_softmax(model(src, src_pad, tgt_in).float(), dim=-1)
+        forced = F.log_softmax(model.output_logits(model(src, src_pad, tgt_in)).float(), dim=-1)
         state = model.init_state(model.encode(src, src_pad), src_pad, max_len=tgt_in.shape[1] + 4)
         cached = torch.stack([model.decode_step(tgt_in[:, t], state)[0] for t in range(tgt_in.shape[1])], dim=1)
     return forced, cached

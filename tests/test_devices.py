@@ -75,5 +75,5 @@ def test_a_model_cast_whole_to_half_precision_still_runs() -> None:
     """`model.to(torch.bfloat16)` by hand (LayerNorm weights cast too) still computes LayerNorm in float32."""
     model = tiny_model().to(torch.bfloat16)
     src = torch.randint(4, 50, (2, 5))
-    logits = model(src, src == 0, src)
+    logits = model.output_logits(model(src, src == 0, src))
     assert logits.dtype == torch.bfloat16 and bool(logits.isfinite().all())

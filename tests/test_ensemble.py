@@ -147,7 +147,7 @@ def teacher_forced_log_probs(model: Transformer, src: torch.Tensor, hypothesis: 
     target = torch.tensor([[*hypothesis.tokens, EOS]])
     tgt_in = torch.tensor([[BOS, *hypothesis.tokens]])
     with torch.no_grad():
-        log_probs = F.log_softmax(model(src, src == PAD, tgt_in).float(), dim=-1)
+        log_probs = F.log_softmax(model.output_logits(model(src, src == PAD, tgt_in)).float(), dim=-1)
     return log_probs[0].gather(1, target[0].unsqueeze(1)).squeeze(1)
 
 

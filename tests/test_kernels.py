@@ -10,7 +10,6 @@ from mtx.model.fast_paths import (
     Dropout,
     attention,
     explicit_attention,
-    quantizable_output_projection,
     tied_projection,
 )
 
@@ -100,13 +99,3 @@ def test_sliced_output_projection_equals_one_matmul(dtype: torch.dtype) -> None:
         h = torch.randn(shape, generator=g).to(dtype)
         with torch.no_grad():
             torch.testing.assert_close(tied_projection(h, weight), F.linear(h, weight))
-
-
-def test_quantizable_output_projection_is_the_embedding_matrix_itself() -> None:
-    """The module shares the embedding's parameter (no copy) and computes the tied projection."""
-    embed = torch.nn.Embedding(50, 16)
-    projection = quantizable_output_projection(embed)
-    assert projection.weight is embed.weight and projection.bias is None
-    h = torch.randn(3, 1, 16)
-    with torch.no_grad():
-        torch.testing.assert_close(projection(h), tied_projection(h, embed.weight))

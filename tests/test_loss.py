@@ -80,7 +80,7 @@ def test_batch_loss_equals_the_loss_of_the_full_logits() -> None:
     batch = Batch(src, src == PAD, tgt_in, target, int((target != PAD).sum()))
     results = []
     for loss in (lambda: batch_loss(model, batch, 0.1),
-                 lambda: label_smoothed_loss(model(src, batch.src_pad, tgt_in), target, 0.1)):
+                 lambda: label_smoothed_loss(model.output_logits(model(src, batch.src_pad, tgt_in)), target, 0.1)):
         model.zero_grad()
         sums = loss()
         sums[0].backward()
@@ -89,6 +89,38 @@ def test_batch_loss_equals_the_loss_of_the_full_logits() -> None:
     for a, b in zip(ours, full, strict=True):
         torch.testing.assert_close(a, b)
     torch.testing.assert_close(our_grad, full_grad)
+
+
+def test_batch_loss_runs_the_forward_pass_through_the_wrapper_it_is_given() -> None:
+    """The trainer's DDP or compiled wrapper runs the forward pass (`run`); the loss projects with the model's
+    own output matrix, whose gradient it gives, as without the wrapper."""
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner: Transformer) -> None:
+            super().__init__()
+            self.inner, self.calls = inner, 0
+
+        def forward(self, *args: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            return self.inner(*args)
+
+    torch.manual_seed(0)
+    model = Transformer(resolve_model(ModelConfig(preset="tiny", d_model=32, heads=4, d_ff=64)), VOCAB).eval()
+    _, target = example()
+    src = torch.randint(4, VOCAB, (3, 7), generator=torch.Generator().manual_seed(1))
+    tgt_in = torch.cat([torch.full((3, 1), BOS), target[:, :-1]], dim=1).masked_fill(target == PAD, PAD)
+    batch = Batch(src, src == PAD, tgt_in, target, int((target != PAD).sum()))
+    wrapper, results = Wrapper(model), []
+    for run in (None, wrapper):
+        model.zero_grad()
+        sums = batch_loss(model, batch, 0.1, run=run)
+        sums[0].backward()
+        results.append((sums, model.tgt_embed.weight.grad.clone()))
+    assert wrapper.calls == 1
+    (plain, plain_grad), (wrapped, wrapped_grad) = results
+    for a, b in zip(plain, wrapped, strict=True):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(plain_grad, wrapped_grad)
 
 
 def projection_example(n: int = 23, d: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

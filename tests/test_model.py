@@ -54,7 +54,7 @@ def test_decode_step_reproduces_forward(norm: str) -> None:
     src, src_pad = batch()
     tgt_in = torch.randint(4, VOCAB, (3, 6), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        expected = torch.log_softmax(model(src, src_pad, tgt_in), dim=-1)
+        expected = torch.log_softmax(model.output_logits(model(src, src_pad, tgt_in)), dim=-1)
         state = model.init_state(model.encode(src, src_pad), src_pad, max_len=10)
         steps = [model.decode_step(tgt_in[:, t], state)[0] for t in range(tgt_in.shape[1])]
     torch.testing.assert_close(torch.stack(steps, dim=1), expected, atol=1e-5, rtol=0)
@@ -77,7 +77,7 @@ def test_decode_step_after_reorder(beams: int) -> None:
         state = state.reorder(idx, idx if beams == 1 else None)
         got = [model.decode_step(tgt_in[idx, t], state)[0] for t in range(3, 6)]
         src, src_pad = (src, src_pad) if beams == 1 else (src.expand(3, -1), src_pad.expand(3, -1))
-        expected = torch.log_softmax(model(src[idx], src_pad[idx], tgt_in[idx]), dim=-1)[:, 3:]
+        expected = torch.log_softmax(model.output_logits(model(src[idx], src_pad[idx], tgt_in[idx])), dim=-1)[:, 3:]
     torch.testing.assert_close(torch.stack(got, dim=1), expected, atol=1e-5, rtol=0)
 
 
@@ -90,9 +90,9 @@ def test_reorder_refuses_rows_that_do_not_group_by_sentence() -> None:
         state.reorder(torch.tensor([0, 0, 1]))
 
 
-def test_forward_at_target_positions_gives_the_logits_of_those_positions() -> None:
-    """With the flat indices of the target positions (as Batch has them), forward returns the full logits at
-    those positions, in row-major order."""
+def test_forward_at_target_positions_gives_the_states_of_those_positions() -> None:
+    """With the flat indices of the target positions (as Batch has them), forward returns the full pass's
+    decoder states at those positions, in row-major order."""
     model = tiny_model()
     src, src_pad = batch()
     tgt_in = torch.randint(4, VOCAB, (3, 6), generator=torch.Generator().manual_seed(10))
@@ -100,7 +100,7 @@ def test_forward_at_target_positions_gives_the_logits_of_those_positions() -> No
     with torch.no_grad():
         full = model(src, src_pad, tgt_in)
         gathered = model(src, src_pad, tgt_in, tgt_mask.flatten().nonzero().squeeze(1))
-    assert gathered.shape == (12, VOCAB)
+    assert gathered.shape == (12, 32)
     torch.testing.assert_close(gathered, full[tgt_mask], atol=1e-6, rtol=0)
 
 
@@ -189,7 +189,7 @@ def test_repeated_reorders_grow_shrink_and_recycle_buffers() -> None:
         tail = torch.randint(4, VOCAB, (2, 3), generator=g)
         got = [model.decode_step(tail[:, t], state)[0] for t in range(3)]
         full = torch.cat([history, tail], 1)
-        expected = torch.log_softmax(model(src[sentence], src_pad[sentence], full), dim=-1)[:, 4:]
+        expected = torch.log_softmax(model.output_logits(model(src[sentence], src_pad[sentence], full)), dim=-1)[:, 4:]
     torch.testing.assert_close(torch.stack(got, dim=1), expected, atol=1e-5, rtol=0)
 
     def buffer(t: torch.Tensor) -> int:
@@ -222,3 +222,20 @@ def test_int8_output_projection_multiplies_by_the_dequantized_matrix() -> None:
     torch.testing.assert_close(got, F.linear(h, dequantized), atol=1e-5, rtol=0)
     assert (got - exact).abs().max() > 1e-4  # the weights really are int8
     torch.testing.assert_close(got, exact, atol=0.01, rtol=0)  # and still the same matrix
+
+
+def test_a_quantizable_output_projection_is_the_embedding_matrix_itself() -> None:
+    """`make_output_projection_quantizable` gives the projection an nn.Linear that shares the embedding's
+    parameter (no copy) and computes the same logits, h · Eᵀ."""
+    model = tiny_model()
+    src, src_pad = batch()
+    tgt_in = torch.randint(4, VOCAB, (3, 6), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        states = model(src, src_pad, tgt_in)
+        before = model.output_logits(states)
+        model.make_output_projection_quantizable()
+        after = model.output_logits(states)
+    assert model.output_proj.weight is model.tgt_embed.weight is model.output_weight
+    assert model.output_proj.bias is None
+    torch.testing.assert_close(after, before)
+    torch.testing.assert_close(before, F.linear(states, model.tgt_embed.weight))

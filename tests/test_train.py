@@ -594,8 +594,8 @@ def test_a_loss_that_turns_nan_stops_the_run_with_advice(tmp_path: Path, monkeyp
 
     loss = mtx.train.trainer.batch_loss
 
-    def nan_from_step_3(model, batch, smoothing):
-        loss_sum, nll_sum, n = loss(model, batch, smoothing)
+    def nan_from_step_3(model, batch, smoothing, run=None):
+        loss_sum, nll_sum, n = loss(model, batch, smoothing, run=run)
         if trainer_steps[0] >= 2:
             loss_sum = loss_sum * math.nan
         return loss_sum, nll_sum, n

@@ -54,7 +54,7 @@ def train_copy_model(pairs: list[list[int]], vocab_size: int, steps: int = 250) 
         batch = [pairs[rng.randrange(len(pairs))] for _ in range(64)]
         src = torch.nn.utils.rnn.pad_sequence([torch.tensor([*ids, EOS]) for ids in batch], batch_first=True)
         tgt_in = torch.nn.utils.rnn.pad_sequence([torch.tensor([BOS, *ids]) for ids in batch], batch_first=True)
-        logits = model(src, src == PAD, tgt_in)
+        logits = model.output_logits(model(src, src == PAD, tgt_in))
         loss = F.cross_entropy(logits.flatten(0, 1), src.flatten(), ignore_index=PAD)  # the target is the source
         optimizer.zero_grad()
         loss.backward()

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mtx.attention import attention_maps
 from mtx.data.batching import padded
 from mtx.decode.alignment import Alignment, hard_alignments, word_attention, word_count
 from mtx.errors import MtxError
-from mtx.model.transformer import Transformer
+from mtx.model.transformer import AttentionWeights, Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer, normalize_text
 
 Link = tuple[int, int]  # (source word, target word)
@@ -133,11 +132,14 @@ def reference_attention(model: Transformer, tokenizer: Tokenizer, pairs: Sequenc
         sources = [[*ids, EOS] for ids in tokenizer.encode_batch([normalize_text(s) for s, _ in batch])]
         targets = tokenizer.encode_batch([normalize_text(t) for _, t in batch])
         src = padded(sources)
-        maps = attention_maps(model, src, src == PAD, padded([[BOS, *ids] for ids in targets]), project=False)
+        attention = AttentionWeights()
+        with torch.inference_mode():
+            model(src, src == PAD, padded([[BOS, *ids] for ids in targets]), attention=attention)
+        cross = attention.stacked("cross")
         source_words = [tokenizer.word_of_each_token(ids) for ids in sources]
         target_words = [tokenizer.word_of_each_token(ids) for ids in targets]
-        layers, heads = maps.cross.shape[1:3]
-        pooled = torch.stack([torch.stack([word_attention(maps.cross[:, layer, head], target_words, source_words)
+        layers, heads = cross.shape[1:3]
+        pooled = torch.stack([torch.stack([word_attention(cross[:, layer, head], target_words, source_words)
                                            for head in range(heads)]) for layer in range(layers)])
         for row, (src_words, tgt_words) in enumerate(zip(source_words, target_words, strict=True)):
             words = pooled[:, :, row, : word_count(tgt_words), : word_count(src_words)]

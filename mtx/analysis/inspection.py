@@ -2,9 +2,10 @@
 
 The sentence is normalised and translated as `mtx translate` would translate it (the checkpoint's recipe
 `decode:` settings, the best hypothesis), or a given target is taken instead (`--target`, to see why the model
-did not produce it), with the score the search would have given it. Source and target are then passed once,
-teacher-forced, through the explicit attention path (mtx.attention), which keeps every head's weights. The EOS
-step is part of the pass, so the decoder's rows cover every token the model predicts, </s> included.
+did not produce it), with the score the search would have given it. Source and target are then passed once
+through the model, teacher-forced, its attention sub-layers handing out every head's weights
+(`AttentionWeights`). The EOS step is part of the pass, so the decoder's rows cover every token the model
+predicts, </s> included.
 
 Three kinds of attention, each a (layers, heads, rows, columns) array of weights:
 
@@ -26,12 +27,11 @@ import torch
 from torch import Tensor
 
 from mtx.analysis.head_stats import HeadStats, head_statistics, is_punctuation
-from mtx.attention import attention_maps
 from mtx.config.recipe import DecodeConfig
 from mtx.decode.search import length_penalty
 from mtx.decode.translator import Translator
 from mtx.errors import MtxError
-from mtx.model.transformer import Transformer
+from mtx.model.transformer import AttentionWeights, Transformer
 from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, Tokenizer, normalize_text, word_of_each_piece
 
 Kind = Literal["encoder", "decoder", "cross"]
@@ -117,11 +117,12 @@ def inspect_sentence(model: Transformer, tokenizer: Tokenizer, decode: DecodeCon
         tokens = source_ids(tokenizer, translation, max_positions, "target") if target.strip() else []
     device = next(model.parameters()).device
     src, tgt_in = torch.tensor([[*ids, EOS]], device=device), torch.tensor([[BOS, *tokens]], device=device)
-    weights = attention_maps(model, src, None, tgt_in)
-    if score is None:
-        score = forced_score(weights.outputs[0], [*tokens, EOS], decode)
-    maps: dict[Kind, Tensor] = {"encoder": weights.encoder[0].cpu(), "decoder": weights.decoder[0].cpu(),
-                                "cross": weights.cross[0].cpu()}
+    attention = AttentionWeights()
+    with torch.inference_mode():
+        states = model(src, None, tgt_in, attention=attention)
+        if score is None:
+            score = forced_score(model.output_logits(states[0]), [*tokens, EOS], decode)
+    maps: dict[Kind, Tensor] = {kind: attention.stacked(kind)[0].cpu() for kind in KINDS}
     source_punctuation = torch.tensor([is_punctuation(p) for p in tokenizer.pieces([*ids, EOS])])
     target_punctuation = torch.tensor([is_punctuation(p) for p in tokenizer.pieces([BOS, *tokens])])
     source_end, target_start = torch.arange(len(ids) + 1) == len(ids), torch.arange(len(tokens) + 1) == 0

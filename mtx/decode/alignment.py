@@ -1,9 +1,9 @@
 """Word alignments from cross-attention: for each target word, the source word it was translated from.
 
-After the search, the hypotheses of a batch are passed once more through the decoder, teacher-forced, on the
-explicit path of mtx.attention, which keeps the weights that the fast path does not return; the encoder output
-is the one the search computed (`RememberedEncoding`). The search itself is untouched, and a translation that
-asks for no alignment never runs this.
+After the search, the hypotheses of a batch are passed once more through the decoder, teacher-forced, up to the
+chosen layer's cross-attention, which hands out its weights (`Transformer.cross_attention_weights`); the encoder
+output is the one the search computed (`RememberedEncoding`). The search itself is untouched, and a translation
+that asks for no alignment never runs this.
 
 From the cross-attention of one decoder layer, averaged over its heads, each target token's row is the
 attention of the step that predicted it (the EOS step's row is left out). Tokens are subwords; words are the
@@ -26,7 +26,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mtx.attention import cross_attention
 from mtx.data.batching import padded
 from mtx.decode.search import Hypothesis
 from mtx.model.transformer import DecoderState, Transformer
@@ -124,7 +123,8 @@ def align_hypotheses(model: Transformer, tokenizer: Tokenizer, sources: list[lis
         return [[] for _ in nbests]
     sentence = torch.tensor([i for i, _ in rows], device=memory.device)
     tgt_in = padded([[BOS, *tokens] for _, tokens in rows]).to(memory.device)
-    weights = cross_attention(model, memory[sentence], src_pad[sentence], tgt_in, layer)
+    with torch.inference_mode():
+        weights = model.cross_attention_weights(memory[sentence], src_pad[sentence], tgt_in, layer)
     attention = weights.mean(dim=1)  # heads averaged
     words_of_sources = [tokenizer.word_of_each_token(ids) for ids in sources]
     target_words = [tokenizer.word_of_each_token(tokens) for _, tokens in rows]

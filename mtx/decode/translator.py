@@ -36,7 +36,6 @@ from mtx.decode.ensemble import Ensemble
 from mtx.decode.search import Hypothesis, search
 from mtx.devices import available_memory, choose_dtype, half_precision_model
 from mtx.errors import MtxError
-from mtx.model.fast_paths import quantizable_output_projection
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
 
@@ -267,14 +266,14 @@ def prepare_model(model: Transformer, device: torch.device, dtype: Dtype) -> Tra
     Half precision keeps LayerNorm and the positional table in float32 (`half_precision_model`). int8
     quantises the weights of every nn.Linear dynamically (activations are quantised on the fly per batch),
     which only CPUs run. That includes the output projection, a large share of the decoding time in fp32: it
-    gets an int8 copy of the shared embedding matrix as `model.output_proj`, while the embedding lookups keep
-    reading the fp32 matrix.
+    gets an int8 copy of the shared embedding matrix (`Transformer.make_output_projection_quantizable`), while
+    the embedding lookups keep reading the fp32 matrix.
     """
     if dtype == "int8":
         if device.type != "cpu":
             raise MtxError("--dtype int8 runs on CPUs only: add --device cpu, or use --dtype bf16/fp16 on a GPU.")
         model = model.cpu()
-        model.output_proj = quantizable_output_projection(model.tgt_embed)
+        model.make_output_projection_quantizable()
         with warnings.catch_warnings():  # torch.ao's deprecation notice is not the user's concern
             warnings.simplefilter("ignore")
             return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)

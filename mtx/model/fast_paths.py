@@ -97,12 +97,3 @@ def tied_projection(h: Tensor, weight: Tensor) -> Tensor:
         return F.linear(h, weight)
     rows = max(1, SLICE_BYTES // (weight.shape[1] * weight.element_size()))
     return torch.cat([F.linear(h, weight[i : i + rows]) for i in range(0, weight.shape[0], rows)], dim=-1)
-
-
-def quantizable_output_projection(embed: nn.Embedding) -> nn.Linear:
-    """An nn.Linear (D → V, no bias) whose weight is the embedding matrix itself, not a copy: what
-    `Transformer.output_logits` computes, as a module that `torch.ao.quantization.quantize_dynamic` can
-    convert to int8 (`--dtype int8`, CPUs only) and `Transformer.output_proj` can hold."""
-    projection = nn.Linear(embed.embedding_dim, embed.num_embeddings, bias=False, device="meta")
-    projection.weight = embed.weight
-    return projection

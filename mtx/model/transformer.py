@@ -1,9 +1,12 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), top to bottom.
 
 Reading order: sinusoidal positions (§3.5) → multi-head attention (§3.2) → the feed-forward block (§3.3) →
-encoder and decoder layers (§3.1) → the model, with training `forward` and the inference API that beam search
-drives: `encode`, `init_state`, `decode_step` over an explicit `DecoderState` value. CPU fast paths that
-compute the same thing (dropout, attention for a few queries, the output projection) live in mtx.model.fast_paths.
+encoder and decoder layers (§3.1) → the model: teacher-forced `forward` (what training runs), the output layer
+(§3.4), and the inference API that beam search drives: `encode`, `init_state`, `decode_step` over an explicit
+`DecoderState` value. Asked for them (`AttentionWeights`), the attention sub-layers also hand out their weights,
+which `mtx inspect` shows and `mtx translate --alignment` aligns words with. CPU fast paths that compute the
+same thing (dropout, attention for a few queries, the output projection) live in mtx.model.fast_paths; each
+call to one shows the plain PyTorch expression it computes.
 
 Shapes are batch-first: B sentences, S source and T target positions, D = d_model, H heads, Dh = D / H,
 V the vocabulary. Padding masks are boolean with True marking padding.
@@ -12,7 +15,7 @@ V the vocabulary. Padding masks are boolean with True marking padding.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +51,39 @@ def key_padding_mask(pad: Tensor | None) -> Tensor | None:
     return None if pad is None else ~pad[:, None, None, :]
 
 
+def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+    """softmax(Q Kᵀ / √Dh) of q (B, H, Q, Dh) over k (B, H, K, Dh) → (B, H, Q, K) float32 weights: exactly 0 on
+    the keys that `mask` (broadcastable, True = may attend) or, if `causal`, the causal mask hides, and each row
+    summing to 1 over the others. The softmax is taken in float32, so that half-precision models report weights
+    that sum to 1 as closely as full-precision ones."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if causal:
+        earlier = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
+        mask = earlier if mask is None else mask & earlier
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -torch.inf)
+    return scores.float().softmax(dim=-1)
+
+
+@dataclass
+class AttentionWeights:
+    """The attention weights of one pass, kept when asked for (`Transformer.forward(..., attention=...)`).
+
+    PyTorch's fused attention returns the attended values and never the weights, so a sub-layer asked for them
+    computes its attention written out instead (`attention_weights`, then the product with the values), and
+    appends its (B, H, queries, keys) float32 weights to its kind's list, layer by layer. Everything else runs
+    as in any pass, so the weights are the model's own; a model that is not asked pays nothing.
+    """
+
+    encoder: list[Tensor] = field(default_factory=list)  # encoder self-attention, (B, H, S, S) per layer
+    decoder: list[Tensor] = field(default_factory=list)  # decoder self-attention, (B, H, T, T) per layer
+    cross: list[Tensor] = field(default_factory=list)  # cross-attention over the source, (B, H, T, S) per layer
+
+    def stacked(self, kind: str) -> Tensor:
+        """One kind's weights as (B, layers, H, queries, keys)."""
+        return torch.stack(getattr(self, kind), dim=1)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention (§3.2.1) over H heads of size Dh = D / H (§3.2.2).
 
@@ -79,19 +115,28 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         return tuple(self.split_heads(t) for t in self.kv_proj(memory).chunk(2, dim=-1))
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
-        """softmax(Q Kᵀ / √Dh) V per head, then the output projection; `mask` is True where a key may be attended."""
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
+               keep: list[Tensor] | None = None) -> Tensor:
+        """softmax(Q Kᵀ / √Dh) V per head, then the output projection; `mask` is True where a key may be attended.
+        With `keep`, the weights are appended to it (see `AttentionWeights`)."""
+        if keep is not None:
+            weights = attention_weights(q, k, mask, causal)
+            keep.append(weights)
+            return self.out_proj(self.merge_heads(torch.matmul(weights.to(v.dtype), v)))
         dropout = self.attn_dropout if self.training else 0.0
+        # = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
         out = fast_paths.attention(q, k, v, mask, dropout, causal)
         return self.out_proj(self.merge_heads(out))
 
-    def forward_self(self, x: Tensor, pad: Tensor | None = None, causal: bool = False) -> Tensor:
+    def forward_self(self, x: Tensor, pad: Tensor | None = None, causal: bool = False,
+                     keep: list[Tensor] | None = None) -> Tensor:
         q, k, v = self.project_qkv(x)
-        return self.attend(q, k, v, key_padding_mask(pad), causal)
+        return self.attend(q, k, v, key_padding_mask(pad), causal, keep)
 
-    def forward_cross(self, x: Tensor, memory: Tensor, memory_pad: Tensor | None) -> Tensor:
+    def forward_cross(self, x: Tensor, memory: Tensor, memory_pad: Tensor | None,
+                      keep: list[Tensor] | None = None) -> Tensor:
         k, v = self.project_kv(memory)
-        return self.attend(self.split_heads(self.q_proj(x)), k, v, key_padding_mask(memory_pad))
+        return self.attend(self.split_heads(self.q_proj(x)), k, v, key_padding_mask(memory_pad), keep=keep)
 
 
 # ------------------------------------------------------------------------------------- feed-forward §3.3
@@ -104,7 +149,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(d_model, d_ff)
         self.fc2 = nn.Linear(d_ff, d_model)
-        self.dropout = fast_paths.Dropout(relu_dropout)
+        self.dropout = fast_paths.Dropout(relu_dropout)  # = nn.Dropout(relu_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.dropout(F.relu(self.fc1(x))))
@@ -136,7 +181,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
         super().__init__()
         self.norm = LayerNorm(d_model)
-        self.dropout = fast_paths.Dropout(dropout)
+        self.dropout = fast_paths.Dropout(dropout)  # = nn.Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
@@ -154,8 +199,9 @@ class EncoderLayer(nn.Module):
         self.attn_residual = Residual(cfg.d_model, cfg.dropout, pre)
         self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre)
 
-    def forward(self, x: Tensor, src_pad: Tensor | None) -> Tensor:
-        x = self.attn_residual(x, lambda h: self.self_attn.forward_self(h, src_pad))
+    def forward(self, x: Tensor, src_pad: Tensor | None, attention: AttentionWeights | None = None) -> Tensor:
+        keep = None if attention is None else attention.encoder
+        x = self.attn_residual(x, lambda h: self.self_attn.forward_self(h, src_pad, keep=keep))
         return self.ffn_residual(x, self.ffn)
 
 
@@ -170,11 +216,22 @@ class DecoderLayer(nn.Module):
         self.cross_residual = Residual(cfg.d_model, cfg.dropout, pre)
         self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre)
 
-    def forward(self, x: Tensor, memory: Tensor, src_pad: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, src_pad: Tensor | None,
+                attention: AttentionWeights | None = None) -> Tensor:
         """Training: all target positions at once, the causal mask hiding the future."""
-        x = self.self_residual(x, lambda h: self.self_attn.forward_self(h, causal=True))
-        x = self.cross_residual(x, lambda h: self.cross_attn.forward_cross(h, memory, src_pad))
+        own, cross = (None, None) if attention is None else (attention.decoder, attention.cross)
+        x = self.self_residual(x, lambda h: self.self_attn.forward_self(h, causal=True, keep=own))
+        x = self.cross_residual(x, lambda h: self.cross_attn.forward_cross(h, memory, src_pad, keep=cross))
         return self.ffn_residual(x, self.ffn)
+
+    def cross_attention_weights(self, x: Tensor, memory: Tensor, src_pad: Tensor | None) -> Tensor:
+        """The (B, H, T, S) weights of this layer's cross-attention for its input `x`: its self-attention
+        sub-layer, then the cross-attention's weights; the feed-forward block, which cannot change them, is
+        left out."""
+        x = self.self_residual(x, lambda h: self.self_attn.forward_self(h, causal=True))
+        kept: list[Tensor] = []
+        self.cross_residual(x, lambda h: self.cross_attn.forward_cross(h, memory, src_pad, keep=kept))
+        return kept[0]
 
     def step(self, x: Tensor, layer: int, state: DecoderState) -> Tensor:
         """Inference: one new position (B, 1, D). Its K/V are written into the cache at `state.step`, and it
@@ -271,16 +328,15 @@ class Transformer(nn.Module):
         self.tgt_embed = nn.Embedding(vocab_size, d, padding_idx=pad_id)
         self.src_embed = self.tgt_embed if cfg.share_embeddings else nn.Embedding(vocab_size, d, padding_idx=pad_id)
         self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, d), persistent=False)
-        self.dropout = fast_paths.Dropout(cfg.dropout)
+        self.dropout = fast_paths.Dropout(cfg.dropout)  # = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers_enc))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers_dec))
         # Pre-norm leaves the residual stream unnormalised, so each stack ends with a LayerNorm.
         pre = cfg.norm == "pre"
         self.encoder_norm = LayerNorm(d) if pre else nn.Identity()
         self.decoder_norm = LayerNorm(d) if pre else nn.Identity()
-        # None: `output_logits` multiplies by the target embedding matrix itself. Inference may set a module
-        # computing the same projection in another format (the int8 copy of `mtx.decode.translator.prepare_model`).
-        self.output_proj: nn.Module | None = None
+        # The output projection as a module of its own, once `make_output_projection_quantizable` made it one.
+        self.output_proj: nn.Linear | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -309,45 +365,81 @@ class Transformer(nn.Module):
         positions = self.positions[start : start + tokens.shape[1]]
         return self.dropout((table(tokens).float() * self.embed_scale + positions).to(table.weight.dtype))
 
-    def output_logits(self, h: Tensor) -> Tensor:
-        """logits = h · Eᵀ: the pre-softmax projection shares the target embedding matrix E (§3.4), with no bias.
-        Training projects in its loss instead (`mtx.train.loss.projected_label_smoothed_loss`)."""
-        if self.output_proj is not None:
-            return self.output_proj(h)
-        return fast_paths.tied_projection(h, self.tgt_embed.weight)
+    def _check_eval_mode(self) -> None:
+        """Attention weights are those of the model that translates: dropout would change them."""
+        if self.training:
+            raise ValueError("attention weights are kept in eval mode only: dropout would change them")
 
-    # ---- training
+    # ---- the teacher-forced pass: training, and the attention of a given pair
 
-    def encode(self, src: Tensor, src_pad: Tensor | None) -> Tensor:
+    def encode(self, src: Tensor, src_pad: Tensor | None, attention: AttentionWeights | None = None) -> Tensor:
         """(B, S) token ids → (B, S, D) encoder output ("memory")."""
         self.check_length(src.shape[1], "source")
+        if attention is not None:
+            self._check_eval_mode()
         x = self.embed(self.src_embed, src)
         for layer in self.encoder_layers:
-            x = layer(x, src_pad)
+            x = layer(x, src_pad, attention)
         return self.encoder_norm(x)
 
     def forward(self, src: Tensor, src_pad: Tensor | None, tgt_in: Tensor, tgt_positions: Tensor | None = None,
-                project: bool = True) -> Tensor:
-        """Teacher forcing: (B, S) source and (B, T) shifted target → (B, T, V) logits.
+                attention: AttentionWeights | None = None) -> Tensor:
+        """Teacher forcing: (B, S) source and (B, T) shifted target → (B, T, D) final decoder states, which the
+        output layer turns into logits (`output_logits`, the Annotated Transformer's generator).
 
-        With `tgt_positions`, the (N,) indices of the positions that have a target token in the flattened
-        (B·T) target (`Batch.tgt_positions`), only those N positions are projected: (N, V) logits. The output
-        projection is a small model's largest matmul, and batches bucketed by source length still hold target
-        padding, whose logits, loss terms and backward passes would only be thrown away. Indices computed
-        with the batch, rather than a boolean mask here, keep the GPU from waiting for the mask's count.
+        Training's loss applies the output layer itself, a chunk of target tokens at a time, fused with the loss
+        (`mtx.train.loss`): the (tokens, V) logits are a batch's largest tensor by far. So it asks, with
+        `tgt_positions`, the (N,) indices of the positions that have a target token in the flattened (B·T)
+        target (`Batch.tgt_positions`), for those N positions alone: (N, D). Batches bucketed by source length
+        still hold target padding, whose projection, loss terms and backward would only be thrown away, and
+        indices computed with the batch, rather than a boolean mask here, keep the GPU from waiting for the
+        mask's count.
 
-        `project=False` returns the final decoder states instead of their logits, (B, T, D) or (N, D): the
-        training loss (`mtx.train.loss.projected_label_smoothed_loss`) projects them itself, a chunk at a time.
+        With `attention` (eval mode only), every attention sub-layer's weights are appended to it.
         """
         self.check_length(tgt_in.shape[1], "target")
-        memory = self.encode(src, src_pad)
+        memory = self.encode(src, src_pad, attention)
         x = self.embed(self.tgt_embed, tgt_in)
         for layer in self.decoder_layers:
-            x = layer(x, memory, src_pad)
+            x = layer(x, memory, src_pad, attention)
         x = self.decoder_norm(x)
         if tgt_positions is not None:
             x = x.flatten(0, 1).index_select(0, tgt_positions)
-        return self.output_logits(x) if project else x
+        return x
+
+    def cross_attention_weights(self, memory: Tensor, src_pad: Tensor | None, tgt_in: Tensor, layer: int) -> Tensor:
+        """The (B, H, T, S) cross-attention weights of decoder layer `layer` (0-based) for the encoder output
+        `memory` (B, S, D) of sources padded as `src_pad` and the target inputs `tgt_in` (B, T): what aligning
+        the hypotheses of a search needs, which has encoded their sources already. Only what the weights depend
+        on is computed: the layers below, then this layer up to its cross-attention (eval mode only)."""
+        self.check_length(tgt_in.shape[1], "target")
+        self._check_eval_mode()
+        x = self.embed(self.tgt_embed, tgt_in)
+        for below in self.decoder_layers[:layer]:
+            x = below(x, memory, src_pad)
+        return self.decoder_layers[layer].cross_attention_weights(x, memory, src_pad)
+
+    # ---- the output layer §3.4
+
+    @property
+    def output_weight(self) -> Tensor:
+        """The (V, D) output matrix E of logits = h · Eᵀ: the target embedding matrix itself (§3.4)."""
+        return self.tgt_embed.weight
+
+    def output_logits(self, h: Tensor) -> Tensor:
+        """(..., D) decoder states → (..., V) logits = h · Eᵀ, with no bias."""
+        if self.output_proj is not None:
+            return self.output_proj(h)
+        return fast_paths.tied_projection(h, self.output_weight)  # = F.linear(h, self.output_weight)
+
+    def make_output_projection_quantizable(self) -> None:
+        """Give the output projection a module of its own: an nn.Linear (D → V, no bias) whose weight is E itself,
+        not a copy. Conversions that apply to modules, as `torch.ao.quantization.quantize_dynamic` turning every
+        nn.Linear into int8 (`mtx translate --dtype int8`, CPUs only), then reach it too: the projection gets an
+        int8 copy of E while the embedding lookups keep reading E."""
+        projection = nn.Linear(self.cfg.d_model, self.vocab_size, bias=False, device="meta")
+        projection.weight = self.output_weight
+        self.output_proj = projection
 
     # ---- inference
 

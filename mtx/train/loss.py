@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.parallel import DistributedDataParallel
 
 from mtx.data.batching import Batch
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import PAD
 
 
@@ -27,7 +27,7 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: 
                         ) -> tuple[Tensor, Tensor, Tensor]:
     """(loss_sum, nll_sum, n_tokens) for (..., V) logits and (...) targets, in float32.
 
-    Any leading shape: (N, V) logits of just the target tokens, as `batch_loss` has the model produce, or
+    Any leading shape: (N, V) logits of just the target tokens, as the model gives them at `Batch.tgt_positions`, or
     (B, T, V) logits of a padded batch, as most models produce them. Targets equal to `pad_id` are ignored,
     masked by multiplication rather than indexing, so no copy of the log-probabilities is made.
     `nll_sum` (the unsmoothed loss, for perplexity) is detached; `n_tokens` counts non-pad targets.
@@ -144,25 +144,15 @@ class _ProjectedSmoothedLoss(torch.autograd.Function):
         return grad_hidden, grad_weight, None, None, None, None, None
 
 
-def batch_loss(model: nn.Module, batch: Batch, epsilon: float) -> tuple[Tensor, Tensor, Tensor]:
-    """`label_smoothed_loss` of an mtx Transformer (or a DDP or `torch.compile` wrapper of one) on a batch,
-    teacher-forced.
+def batch_loss(model: Transformer, batch: Batch, epsilon: float, run: nn.Module | None = None
+               ) -> tuple[Tensor, Tensor, Tensor]:
+    """`label_smoothed_loss` of an mtx Transformer on a batch, teacher-forced.
 
-    The model returns its final decoder states at the target tokens only (`Transformer.forward`'s
+    The model's forward pass gives its final decoder states at the target tokens only (`Transformer.forward`'s
     `tgt_positions`), so the output projection and the loss, forward and backward, skip the batch's target
-    padding, and `projected_label_smoothed_loss` projects them with the output (= target embedding) matrix.
+    padding, and `projected_label_smoothed_loss` projects them with the model's output matrix
+    (`Transformer.output_weight`). `run`, when given, is the module that runs that forward pass: the model's
+    DistributedDataParallel or `torch.compile` wrapper, which shares the model's parameters.
     """
-    hidden = model(batch.src, batch.src_pad, batch.tgt_in, batch.tgt_positions, project=False)
-    weight = _unwrap(model).tgt_embed.weight
-    return projected_label_smoothed_loss(hidden, weight, batch.tgt_tokens, epsilon)
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The Transformer inside DistributedDataParallel and `torch.compile` wrappers."""
-    while True:
-        if isinstance(model, DistributedDataParallel):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        else:
-            return model
+    states = (run or model)(batch.src, batch.src_pad, batch.tgt_in, batch.tgt_positions)
+    return projected_label_smoothed_loss(states, model.output_weight, batch.tgt_tokens, epsilon)

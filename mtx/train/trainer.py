@@ -239,7 +239,7 @@ class Trainer:
         `sync`); its summed loss and nll, left on the device. Nothing here waits for the device."""
         no_sync = self.forward_model.no_sync() if self.ctx.distributed and not sync else nullcontext()
         with no_sync, self._autocast():
-            loss_sum, nll_sum, _ = batch_loss(self.forward_model, batch, self.cfg.label_smoothing)
+            loss_sum, nll_sum, _ = batch_loss(self.model, batch, self.cfg.label_smoothing, run=self.forward_model)
             self.scaler.scale(loss_sum * scale).backward()
         return torch.stack([loss_sum.detach(), nll_sum]).double()
 
