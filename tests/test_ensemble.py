@@ -15,7 +15,6 @@ from copy_task import prepared, recipe
 from test_search import VOCAB, ScriptedModel, decode
 from test_translate import translate_cli
 
-import mtx.decode.command
 import mtx.decode.translator
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import DecodeConfig, ModelConfig, resolve_model
@@ -232,7 +231,7 @@ def test_translate_with_two_models_decodes_their_ensemble(pair: dict, monkeypatc
     alone = [translate_cli(["-m", path, *args])[1] for path in (first, second)]
     assert both != alone[0] and both != alone[1]
 
-    monkeypatch.setattr(mtx.decode.command, "Translator", Recorded)
+    monkeypatch.setattr(mtx.decode.translator, "Translator", Recorded)  # translate_file imports it when called
     result, _ = translate_cli(["-m", first, "-m", second, *args, "--dtype", "int8"])
     assert result.exit_code == 0
     [translator] = made

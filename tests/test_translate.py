@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-import mtx.decode.command
 import mtx.decode.search
 import mtx.decode.translator
 from mtx.checkpoint import make_checkpoint, save_checkpoint
@@ -223,7 +222,7 @@ def translators(monkeypatch) -> list[Translator]:
             super().__post_init__()
             made.append(self)
 
-    monkeypatch.setattr(mtx.decode.command, "Translator", Recorded)
+    monkeypatch.setattr(mtx.decode.translator, "Translator", Recorded)  # translate_file imports it when called
     return made
 
 
