@@ -165,7 +165,7 @@ def random_checkpoint(model: Transformer, tokenizer: Tokenizer, path: Path) -> P
 
 def mtx_log_probs(model: Transformer, src: list[int], tgt: list[int]) -> torch.Tensor:
     with torch.inference_mode():
-        logits = model(torch.tensor([src]), None, torch.tensor([[1, *tgt]]))[0]
+        logits = model.output_logits(model(torch.tensor([src]), None, torch.tensor([[1, *tgt]])))[0]
     return torch.log_softmax(logits, -1)[torch.arange(len(tgt) + 1), torch.tensor([*tgt, EOS])]
 
 

@@ -623,7 +623,8 @@ def test_fp16_gives_up_when_the_loss_scale_collapses(tmp_path: Path, monkeypatch
 
     loss, update = mtx.train.trainer.batch_loss, mtx.train.trainer.Trainer._train_update
     updates: list[int] = []
-    monkeypatch.setattr(mtx.train.trainer, "batch_loss", lambda *args: (loss(*args)[0] * math.inf, *loss(*args)[1:]))
+    monkeypatch.setattr(mtx.train.trainer, "batch_loss",
+                        lambda *args, **kwargs: (loss(*args, **kwargs)[0] * math.inf, *loss(*args, **kwargs)[1:]))
     monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", lambda *args: updates.append(1) or update(*args))
     path = prepared(tmp_path)
     with pytest.raises(MtxError, match=r"Training diverged at step 0: the fp16 loss scale fell below 0.0001"):

@@ -154,5 +154,5 @@ def batch_loss(model: Transformer, batch: Batch, epsilon: float, run: nn.Module 
     (`Transformer.output_weight`). `run`, when given, is the module that runs that forward pass: the model's
     DistributedDataParallel or `torch.compile` wrapper, which shares the model's parameters.
     """
-    states = (run or model)(batch.src, batch.src_pad, batch.tgt_in, batch.tgt_positions)
+    states = (model if run is None else run)(batch.src, batch.src_pad, batch.tgt_in, batch.tgt_positions)
     return projected_label_smoothed_loss(states, model.output_weight, batch.tgt_tokens, epsilon)
