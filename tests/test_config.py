@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mtx import __version__
+from mtx.config.keys import all_keys, format_keys, type_name
 from mtx.config.loading import load_recipe, parse_override
 from mtx.config.recipe import ConfigError, DecodeConfig, parse_duration
 
@@ -109,7 +110,7 @@ HELP_SECONDS = 5.0
 def test_version_and_help_are_fast_and_torch_free() -> None:
     """`mtx --version` and the help pages must start at once: importing torch or datasets for them would cost
     seconds on every call. `python -X importtime` lists every module the real command imports."""
-    code = "import sys; from mtx import cli, config; assert 'torch' not in sys.modules"
+    code = "import sys; import mtx.cli, mtx.config.loading; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
     for args, expected in [(["--version"], f"mtx {__version__}\n"), (["--help"], "Example: mtx prepare"),
@@ -165,3 +166,50 @@ def test_decode_config_of_a_checkpoint_takes_its_recipe_then_the_flags() -> None
     checkpoint = {"recipe": {"decode": {"beam": 6, "lenpen": 1.0, "retired_option": True}}}
     assert DecodeConfig.of_checkpoint(checkpoint, lenpen=0.2, nbest=2) == DecodeConfig(beam=6, lenpen=0.2, nbest=2)
     assert DecodeConfig.of_checkpoint({}) == DecodeConfig.of_checkpoint({"recipe": None}) == DecodeConfig()
+
+
+def test_every_recipe_key_has_its_help_beside_it() -> None:
+    """Each field of every section says what it does (`setting(default, help)`), so `mtx config --keys` has
+    something to print for every key a recipe may hold."""
+    keys = all_keys()
+    assert len(keys) > 70 and {"name", "data.bpe.vocab_size", "train.max_tokens", "decode.lenpen"} <= {
+        k.key for k in keys}
+    undocumented = [k.key for k in keys if len(k.help) < 10]
+    assert not undocumented, undocumented
+    assert len({k.key for k in keys}) == len(keys)
+
+
+def test_key_types_and_defaults_read_as_a_recipe_writes_them() -> None:
+    by_key = {k.key: k for k in all_keys()}
+    assert (by_key["train.max_tokens"].type, by_key["train.max_tokens"].default) == ("an integer", "4096")
+    assert by_key["train.betas"].default == "[0.9, 0.98]" and by_key["train.betas"].type == "a list of numbers"
+    assert by_key["train.max_time"].default == "null"
+    assert by_key["train.lr"].default == "7.0e-04"
+    assert by_key["decode.lenpen_style"].type == "one of 'gnmt', 'fairseq'"
+    assert by_key["model.d_model"].default == "(the preset's)" and by_key["model.preset"].default == "base"
+    assert by_key["name"].default is None and by_key["data.source.hf.path"].default is None  # required
+    assert by_key["train"].section and not by_key["train.lr"].section
+    assert type_name(int | None) == "an integer or null"
+
+
+def test_config_keys_lists_every_key_and_a_recipes_own_values(tmp_path: Path) -> None:
+    """`mtx config --keys` needs no recipe; given one, it marks the values that differ from the defaults."""
+    listed = run_mtx("config", "--keys")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == format_keys(all_keys())
+    for k in all_keys():
+        assert (f"# {k.key}: " if k.section else f"{k.key}  (") in listed.stdout, k.key
+    assert "train.max_tokens  (an integer; default 4096)\n    Padded token slots per GPU" in listed.stdout
+
+    mine = run_mtx("config", str(write(tmp_path, GOOD)), "--keys", "--set", "train.lr=0.002")
+    assert mine.returncode == 0, mine.stderr
+    assert "train.lr  (a number; default 7.0e-04)  — this recipe: 0.002\n" in mine.stdout
+    assert "train.max_steps  (an integer; default 100000)  — this recipe: 10\n" in mine.stdout
+    assert "train.warmup  (an integer; default 4000)\n" in mine.stdout  # the default: nothing to mark
+    assert "model.d_model  (an integer or null; default (the preset's))  — this recipe: 256\n" in mine.stdout
+    assert "data.source.hf.path  (a string; required)\n" in mine.stdout  # no hf source: no value
+
+
+def test_config_without_a_recipe_or_keys_is_a_usage_error() -> None:
+    result = run_mtx("config")
+    assert result.returncode == 2 and "Missing argument 'RECIPE.yaml'" in result.stderr

@@ -1,6 +1,7 @@
 """Label-smoothed cross-entropy: fairseq's formula, padding ignored, sums not means."""
 
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -70,25 +71,43 @@ def test_flat_logits_of_the_target_tokens_give_the_padded_loss() -> None:
         torch.testing.assert_close(flat, padded)
 
 
-def test_batch_loss_equals_the_loss_of_the_full_logits() -> None:
-    """Skipping the padding's logits changes the work, not the loss or its gradient."""
+def model_and_batch() -> tuple[Transformer, Batch]:
+    """A tiny model in eval mode and a padded batch of `example`'s targets."""
     torch.manual_seed(0)
     model = Transformer(resolve_model(ModelConfig(preset="tiny", d_model=32, heads=4, d_ff=64)), VOCAB).eval()
     _, target = example()
     src = torch.randint(4, VOCAB, (3, 7), generator=torch.Generator().manual_seed(1))
     tgt_in = torch.cat([torch.full((3, 1), BOS), target[:, :-1]], dim=1).masked_fill(target == PAD, PAD)
-    batch = Batch(src, src == PAD, tgt_in, target, int((target != PAD).sum()))
+    return model, Batch(src, src == PAD, tgt_in, target, int((target != PAD).sum()))
+
+
+def losses_and_gradients(model: Transformer, *losses: Callable[[], tuple[torch.Tensor, ...]]) -> list[tuple]:
+    """For each loss function: its (loss, nll, tokens) and the output matrix's gradient of its loss."""
     results = []
-    for loss in (lambda: batch_loss(model, batch, 0.1),
-                 lambda: label_smoothed_loss(model.output_logits(model(src, batch.src_pad, tgt_in)), target, 0.1)):
+    for loss in losses:
         model.zero_grad()
         sums = loss()
         sums[0].backward()
         results.append((sums, model.tgt_embed.weight.grad.clone()))
-    (ours, our_grad), (full, full_grad) = results
-    for a, b in zip(ours, full, strict=True):
+    return results
+
+
+def assert_same(results: list[tuple]) -> None:
+    (first, first_grad), (second, second_grad) = results
+    for a, b in zip(first, second, strict=True):
         torch.testing.assert_close(a, b)
-    torch.testing.assert_close(our_grad, full_grad)
+    torch.testing.assert_close(first_grad, second_grad)
+
+
+def test_batch_loss_equals_the_loss_of_the_full_logits() -> None:
+    """Skipping the padding's logits changes the work, not the loss or its gradient."""
+    model, batch = model_and_batch()
+
+    def loss_of_every_position() -> tuple[torch.Tensor, ...]:
+        logits = model.output_logits(model(batch.src, batch.src_pad, batch.tgt_in))  # (B, T, V)
+        return label_smoothed_loss(logits, batch.tgt_out, 0.1)
+
+    assert_same(losses_and_gradients(model, lambda: batch_loss(model, batch, 0.1), loss_of_every_position))
 
 
 def test_batch_loss_runs_the_forward_pass_through_the_wrapper_it_is_given() -> None:
@@ -104,23 +123,11 @@ def test_batch_loss_runs_the_forward_pass_through_the_wrapper_it_is_given() -> N
             self.calls += 1
             return self.inner(*args)
 
-    torch.manual_seed(0)
-    model = Transformer(resolve_model(ModelConfig(preset="tiny", d_model=32, heads=4, d_ff=64)), VOCAB).eval()
-    _, target = example()
-    src = torch.randint(4, VOCAB, (3, 7), generator=torch.Generator().manual_seed(1))
-    tgt_in = torch.cat([torch.full((3, 1), BOS), target[:, :-1]], dim=1).masked_fill(target == PAD, PAD)
-    batch = Batch(src, src == PAD, tgt_in, target, int((target != PAD).sum()))
-    wrapper, results = Wrapper(model), []
-    for run in (None, wrapper):
-        model.zero_grad()
-        sums = batch_loss(model, batch, 0.1, run=run)
-        sums[0].backward()
-        results.append((sums, model.tgt_embed.weight.grad.clone()))
+    model, batch = model_and_batch()
+    wrapper = Wrapper(model)
+    assert_same(losses_and_gradients(model, lambda: batch_loss(model, batch, 0.1),
+                                     lambda: batch_loss(model, batch, 0.1, run=wrapper)))
     assert wrapper.calls == 1
-    (plain, plain_grad), (wrapped, wrapped_grad) = results
-    for a, b in zip(plain, wrapped, strict=True):
-        torch.testing.assert_close(a, b)
-    torch.testing.assert_close(plain_grad, wrapped_grad)
 
 
 def projection_example(n: int = 23, d: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -20,6 +20,46 @@ if TYPE_CHECKING:
     from mtx.analysis.inspection import Inspection, View
 
 
+def inspect(
+    model: Annotated[Path, typer.Option("-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average).")],
+    sentence: Annotated[str, typer.Argument(help="The sentence to translate and inspect.", metavar="SENTENCE",
+                                            show_default=False)],
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", metavar="PAGE.html", help="Write one self-contained HTML page with every kind, layer and "
+        "head (a picker, the heatmap, the statistics), instead of printing the heatmaps.")] = None,
+    kind: Annotated[str, typer.Option(
+        metavar="encoder|decoder|cross|all", help="Which attention to print: encoder or decoder self-attention, "
+        "or the decoder's cross-attention over the source.")] = "all",
+    layer: Annotated[int | None, typer.Option(metavar="N", help="Print only layer N (0-based). [default: all]")] = None,
+    head: Annotated[str, typer.Option(
+        metavar="all|mean|N", help="all: every head, then their average; mean: the average alone; N: head N.")] = "all",
+    target: Annotated[str | None, typer.Option(
+        metavar="TEXT", help="Inspect this translation instead of the model's (to see why it was not chosen).")] = None,
+    json_: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object instead: the sentence, its translation, the token labels and the "
+        "statistics of the selected heads.")] = False,
+) -> None:
+    """Translate one sentence and show every layer's and head's attention, with per-head statistics.
+
+    The sentence is translated with the checkpoint's recipe settings (decode:), on the CPU, and every layer's
+    and head's weights are kept: encoder self-attention (rows and columns: source tokens), decoder
+    self-attention (rows: the token each step predicts, </s> last; columns: the tokens read so far, <s> first)
+    and cross-attention (rows: as the decoder's; columns: source tokens). Each heatmap cell is a weight in
+    percent; a map wider than the terminal is cut into blocks of columns. Tokens that continue a word are
+    shown after '·'. Statistics per head: entropy in bits, and the shares of attention on the previous
+    position, the same position, the sentence boundary (</s> of the source, <s> of the target) and
+    punctuation, averaged over the rows.
+
+    Example: mtx inspect -m runs/demo/average.pt "The old friends tidy up his kitchen." --kind cross --head mean
+
+    Example: mtx inspect -m runs/demo/average.pt "The old friends tidy up his kitchen." -o attention.html
+    """
+    from rich.console import Console
+
+    inspect_checkpoint(model, sentence, target=target, kind=kind, layer=layer, head=head, output=output,
+                       as_json=json_, console=Console(highlight=False))
+
+
 def summary_json(inspection: Inspection, views: list[View]) -> str:
     """The --json object: the pair, its labels per kind, and the selected views' statistics (head null: the
     layer's heads averaged)."""
@@ -62,43 +102,3 @@ def inspect_checkpoint(checkpoint: Path, sentence: str, *, target: str | None, k
     if output is not None:
         console.print(Text(f"wrote {output}: every kind, layer and head, with a picker", style="dim"))
     return inspection
-
-
-def inspect(
-    model: Annotated[Path, typer.Option("-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average).")],
-    sentence: Annotated[str, typer.Argument(help="The sentence to translate and inspect.", metavar="SENTENCE",
-                                            show_default=False)],
-    output: Annotated[Path | None, typer.Option(
-        "-o", "--output", metavar="PAGE.html", help="Write one self-contained HTML page with every kind, layer and "
-        "head (a picker, the heatmap, the statistics), instead of printing the heatmaps.")] = None,
-    kind: Annotated[str, typer.Option(
-        metavar="encoder|decoder|cross|all", help="Which attention to print: encoder or decoder self-attention, "
-        "or the decoder's cross-attention over the source.")] = "all",
-    layer: Annotated[int | None, typer.Option(metavar="N", help="Print only layer N (0-based). [default: all]")] = None,
-    head: Annotated[str, typer.Option(
-        metavar="all|mean|N", help="all: every head, then their average; mean: the average alone; N: head N.")] = "all",
-    target: Annotated[str | None, typer.Option(
-        metavar="TEXT", help="Inspect this translation instead of the model's (to see why it was not chosen).")] = None,
-    json_: Annotated[bool, typer.Option(
-        "--json", help="Print one JSON object instead: the sentence, its translation, the token labels and the "
-        "statistics of the selected heads.")] = False,
-) -> None:
-    """Translate one sentence and show every layer's and head's attention, with per-head statistics.
-
-    The sentence is translated with the checkpoint's recipe settings (decode:), on the CPU, and every layer's
-    and head's weights are kept: encoder self-attention (rows and columns: source tokens), decoder
-    self-attention (rows: the token each step predicts, </s> last; columns: the tokens read so far, <s> first)
-    and cross-attention (rows: as the decoder's; columns: source tokens). Each heatmap cell is a weight in
-    percent; a map wider than the terminal is cut into blocks of columns. Tokens that continue a word are
-    shown after '·'. Statistics per head: entropy in bits, and the shares of attention on the previous
-    position, the same position, the sentence boundary (</s> of the source, <s> of the target) and
-    punctuation, averaged over the rows.
-
-    Example: mtx inspect -m runs/demo/average.pt "The old friends tidy up his kitchen." --kind cross --head mean
-
-    Example: mtx inspect -m runs/demo/average.pt "The old friends tidy up his kitchen." -o attention.html
-    """
-    from rich.console import Console
-
-    inspect_checkpoint(model, sentence, target=target, kind=kind, layer=layer, head=head, output=output,
-                       as_json=json_, console=Console(highlight=False))

@@ -237,7 +237,7 @@ class TrainConfig:
     lr: float = setting(7.0e-4, "The peak learning rate for inverse_sqrt; a scale factor for noam (the paper: 1).")
     warmup: int = setting(4000, "Warmup updates.")
     betas: list[float] = setting(help="Adam's β1 and β2 (the paper: 0.9, 0.98).", factory=lambda: [0.9, 0.98])
-    eps: float = setting(1.0e-9, "Adam's ε.")
+    eps: float = setting(1.0e-9, "Adam's ε, added to the denominator.")
     weight_decay: float = setting(0.0, "Decoupled weight decay (AdamW); the paper has none.")
     label_smoothing: float = setting(0.1, "ε_ls of the label-smoothed cross-entropy (§5.4).")
     clip_norm: float = setting(0.0, "Clip the gradients' global norm to this; 0 disables clipping.")

@@ -32,6 +32,81 @@ Errors = Literal["strict", "replace"]
 OutputFormat = Literal["text", "jsonl"]
 
 
+def translate(
+    model: Annotated[list[Path], typer.Option(
+        "-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average). Given several times: an "
+        "ensemble, which averages the models' next-token probabilities at every step; the models must share a "
+        "tokenizer, and the first one's recipe sets the defaults and aligns.")],
+    input_: Annotated[
+        Path | None, typer.Option("-i", "--input", metavar="IN", help="Sentences, one per line [default: stdin].")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", metavar="OUT", help="Translations [default: stdout].")
+    ] = None,
+    beam: Annotated[int | None, typer.Option(help="Beam size; 1 is greedy search. [default: the recipe's, 4]")] = None,
+    lenpen: Annotated[
+        float | None,
+        typer.Option(help="Length penalty α: score = log P(Y|X) / lp(|Y|), |Y| counting EOS. [default: recipe's, 0.6]"),
+    ] = None,
+    lenpen_style: Annotated[
+        str | None,
+        typer.Option(metavar="gnmt|fairseq", help="lp(|Y|) = ((5 + |Y|) / 6)^α (GNMT, the paper's) or |Y|^α. "
+                     "[default: recipe's, gnmt]"),
+    ] = None,
+    max_len_a: Annotated[
+        float | None, typer.Option(help="Output ≤ a · source tokens + b (EOS not counted). [default: recipe's, 1.0]")
+    ] = None,
+    max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a. [default: recipe's, 50]")] = None,
+    min_len: Annotated[int | None, typer.Option(help="Output at least N tokens. [default: recipe's, 0]")] = None,
+    nbest: Annotated[
+        int | None, typer.Option(help="Print the N best, each line 'score<TAB>text' pairs joined by tabs (N > 1). "
+                                 "[default: recipe's, 1]")
+    ] = None,
+    batch_tokens: Annotated[
+        int, typer.Option(help="Batch size: sentences × max(source length, output limit), EOS included.")
+    ] = 4096,
+    device: Annotated[str, typer.Option(metavar="auto|cpu|cuda", help="auto: cuda if there is one.")] = "auto",
+    dtype: Annotated[
+        str,
+        typer.Option(metavar="auto|fp32|bf16|fp16|int8", help="auto: fp32 on CPU, bf16 (else fp16) on GPU; "
+                     "int8: dynamically quantized linear layers, CPU only."),
+    ] = "auto",
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads [default: PyTorch's, one per core]. On a CPU, up to this many batches are decoded "
+             "side by side on one thread each.")] = None,
+    errors: Annotated[
+        str, typer.Option(metavar="strict|replace", help="Invalid UTF-8 input: stop with the line number, or U+FFFD.")
+    ] = "strict",
+    alignment: Annotated[bool, typer.Option(
+        "--alignment", help="Follow each translation with ' ||| ' and its word alignment in Pharaoh format: "
+        "'source-target' word indices, 0-based, one link per target word (Moses' and Marian's convention). An "
+        "empty input line gives ' ||| ' (with --nbest > 1: an empty line).")] = False,
+    alignment_layer: Annotated[int | None, typer.Option(
+        metavar="N", help="With --alignment: the decoder layer (0-based) whose cross-attention, heads averaged, "
+        "aligns. [default: the last layer of a decoder of one or two layers, else the penultimate]")] = None,
+    format_: Annotated[str, typer.Option(
+        "--format", metavar="text|jsonl", help="jsonl: one JSON object per input line instead of a text line: "
+        "text, score, tokens (the subwords, then </s>), token_log_probs (one per token), with --alignment "
+        "alignment ([source, target] pairs), with --nbest > 1 nbest (a list of such objects).")] = "text",
+) -> None:
+    """Translate one sentence per line with beam search, keeping line count and order.
+
+    Scores are log P(Y|X) / lp(|Y|) with GNMT's length penalty lp = ((5 + |Y|) / 6)^α (α = --lenpen), or
+    fairseq's |Y|^α with --lenpen-style fairseq. Flags left unset take the checkpoint's recipe (decode:).
+    Sources longer than the model's max_positions are truncated, with a warning that counts them.
+    --alignment aligns words after the search, with one more pass of the translations through the decoder.
+    Several -m decode as an ensemble (e.g. models trained with different seeds), at the cost of running each.
+
+    Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
+    """
+    chosen = dict(beam=beam, lenpen=lenpen, lenpen_style=lenpen_style, max_len_a=max_len_a, max_len_b=max_len_b,
+                  min_len=min_len, nbest=nbest)
+    options = {k: v for k, v in chosen.items() if v is not None}
+    translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
+                   threads=threads, errors=errors, log=sys.stderr.write, alignment=alignment,
+                   alignment_layer=alignment_layer, output_format=format_)
+
+
 def check_choice(flag: str, value: str, allowed: object) -> None:
     """A flag whose value must be one of a Literal type's values (the command line passes plain strings)."""
     choices = typing.get_args(allowed)
@@ -167,78 +242,3 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             "lines to translate them whole.\n")
     log(f"translated {stats.summary()}\n")
     return stats
-
-
-def translate(
-    model: Annotated[list[Path], typer.Option(
-        "-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average). Given several times: an "
-        "ensemble, which averages the models' next-token probabilities at every step; the models must share a "
-        "tokenizer, and the first one's recipe sets the defaults and aligns.")],
-    input_: Annotated[
-        Path | None, typer.Option("-i", "--input", metavar="IN", help="Sentences, one per line [default: stdin].")
-    ] = None,
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", metavar="OUT", help="Translations [default: stdout].")
-    ] = None,
-    beam: Annotated[int | None, typer.Option(help="Beam size; 1 is greedy search. [default: the recipe's, 4]")] = None,
-    lenpen: Annotated[
-        float | None,
-        typer.Option(help="Length penalty α: score = log P(Y|X) / lp(|Y|), |Y| counting EOS. [default: recipe's, 0.6]"),
-    ] = None,
-    lenpen_style: Annotated[
-        str | None,
-        typer.Option(metavar="gnmt|fairseq", help="lp(|Y|) = ((5 + |Y|) / 6)^α (GNMT, the paper's) or |Y|^α. "
-                     "[default: recipe's, gnmt]"),
-    ] = None,
-    max_len_a: Annotated[
-        float | None, typer.Option(help="Output ≤ a · source tokens + b (EOS not counted). [default: recipe's, 1.0]")
-    ] = None,
-    max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a. [default: recipe's, 50]")] = None,
-    min_len: Annotated[int | None, typer.Option(help="Output at least N tokens. [default: recipe's, 0]")] = None,
-    nbest: Annotated[
-        int | None, typer.Option(help="Print the N best, each line 'score<TAB>text' pairs joined by tabs (N > 1). "
-                                 "[default: recipe's, 1]")
-    ] = None,
-    batch_tokens: Annotated[
-        int, typer.Option(help="Batch size: sentences × max(source length, output limit), EOS included.")
-    ] = 4096,
-    device: Annotated[str, typer.Option(metavar="auto|cpu|cuda", help="auto: cuda if there is one.")] = "auto",
-    dtype: Annotated[
-        str,
-        typer.Option(metavar="auto|fp32|bf16|fp16|int8", help="auto: fp32 on CPU, bf16 (else fp16) on GPU; "
-                     "int8: dynamically quantized linear layers, CPU only."),
-    ] = "auto",
-    threads: Annotated[int | None, typer.Option(
-        help="CPU threads [default: PyTorch's, one per core]. On a CPU, up to this many batches are decoded "
-             "side by side on one thread each.")] = None,
-    errors: Annotated[
-        str, typer.Option(metavar="strict|replace", help="Invalid UTF-8 input: stop with the line number, or U+FFFD.")
-    ] = "strict",
-    alignment: Annotated[bool, typer.Option(
-        "--alignment", help="Follow each translation with ' ||| ' and its word alignment in Pharaoh format: "
-        "'source-target' word indices, 0-based, one link per target word (Moses' and Marian's convention). An "
-        "empty input line gives ' ||| ' (with --nbest > 1: an empty line).")] = False,
-    alignment_layer: Annotated[int | None, typer.Option(
-        metavar="N", help="With --alignment: the decoder layer (0-based) whose cross-attention, heads averaged, "
-        "aligns. [default: the last layer of a decoder of one or two layers, else the penultimate]")] = None,
-    format_: Annotated[str, typer.Option(
-        "--format", metavar="text|jsonl", help="jsonl: one JSON object per input line instead of a text line: "
-        "text, score, tokens (the subwords, then </s>), token_log_probs (one per token), with --alignment "
-        "alignment ([source, target] pairs), with --nbest > 1 nbest (a list of such objects).")] = "text",
-) -> None:
-    """Translate one sentence per line with beam search, keeping line count and order.
-
-    Scores are log P(Y|X) / lp(|Y|) with GNMT's length penalty lp = ((5 + |Y|) / 6)^α (α = --lenpen), or
-    fairseq's |Y|^α with --lenpen-style fairseq. Flags left unset take the checkpoint's recipe (decode:).
-    Sources longer than the model's max_positions are truncated, with a warning that counts them.
-    --alignment aligns words after the search, with one more pass of the translations through the decoder.
-    Several -m decode as an ensemble (e.g. models trained with different seeds), at the cost of running each.
-
-    Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
-    """
-    chosen = dict(beam=beam, lenpen=lenpen, lenpen_style=lenpen_style, max_len_a=max_len_a, max_len_b=max_len_b,
-                  min_len=min_len, nbest=nbest)
-    options = {k: v for k, v in chosen.items() if v is not None}
-    translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
-                   threads=threads, errors=errors, log=sys.stderr.write, alignment=alignment,
-                   alignment_layer=alignment_layer, output_format=format_)

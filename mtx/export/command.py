@@ -24,6 +24,29 @@ from mtx.export.folder import check_destination, write_folder
 TARGETS = {"hf": ("transformers", "safetensors"), "ctranslate2": ("ctranslate2",)}  # target → modules it needs
 
 
+def export(
+    model: Annotated[Path, typer.Option("-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average).")],
+    output: Annotated[Path, typer.Argument(help="The folder to write.", metavar="OUT/", show_default=False)],
+    to: Annotated[str, typer.Option("--to", metavar="hf|ctranslate2", help="hf: a Hugging Face transformers "
+                                    "MarianMT folder; ctranslate2: a CTranslate2 model directory.")],
+    quantization: Annotated[str | None, typer.Option(
+        metavar="int8|int8_float16|float16|bfloat16", help="CTranslate2 weights' type [default: float32].")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT/ if it exists and is not empty.")] = False,
+) -> None:
+    """Export a checkpoint for serving with Hugging Face transformers or CTranslate2 (needs mtx[export]).
+
+    OUT/ holds the model, mtx's tokenizer (normalising text and ending sources with </s> as mtx does) and a
+    README.md model card: the code that translates with it, the recipe, the data counts and the best
+    validation BLEU. An hf folder loads with AutoModelForSeq2SeqLM and AutoTokenizer, and its
+    generation_config.json holds the recipe's beam and length penalty. Pre-norm models export to ctranslate2
+    only: MarianMT has no pre-norm layers.
+
+    Example: mtx export -m runs/demo/average.pt --to ctranslate2 demo-ct2/ --quantization int8
+    """
+    export_checkpoint(model, to, output, quantization=quantization, force=force)
+    sys.stderr.write(f"exported {model} → {output} ({to}{f', {quantization}' if quantization else ''})\n")
+
+
 def require_packages(target: str) -> None:
     """Refuse, naming the extra to install, an export whose packages are not importable."""
     missing = []
@@ -71,26 +94,3 @@ def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantiza
                           ctranslate2_usage(folder, decode), ctranslate2_notes(decode))
         write_folder(folder, lambda out: save_ctranslate2_folder(model, checkpoint["tokenizer"], out, quantization),
                      card, force)
-
-
-def export(
-    model: Annotated[Path, typer.Option("-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average).")],
-    output: Annotated[Path, typer.Argument(help="The folder to write.", metavar="OUT/", show_default=False)],
-    to: Annotated[str, typer.Option("--to", metavar="hf|ctranslate2", help="hf: a Hugging Face transformers "
-                                    "MarianMT folder; ctranslate2: a CTranslate2 model directory.")],
-    quantization: Annotated[str | None, typer.Option(
-        metavar="int8|int8_float16|float16|bfloat16", help="CTranslate2 weights' type [default: float32].")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace OUT/ if it exists and is not empty.")] = False,
-) -> None:
-    """Export a checkpoint for serving with Hugging Face transformers or CTranslate2 (needs mtx[export]).
-
-    OUT/ holds the model, mtx's tokenizer (normalising text and ending sources with </s> as mtx does) and a
-    README.md model card: the code that translates with it, the recipe, the data counts and the best
-    validation BLEU. An hf folder loads with AutoModelForSeq2SeqLM and AutoTokenizer, and its
-    generation_config.json holds the recipe's beam and length penalty. Pre-norm models export to ctranslate2
-    only: MarianMT has no pre-norm layers.
-
-    Example: mtx export -m runs/demo/average.pt --to ctranslate2 demo-ct2/ --quantization int8
-    """
-    export_checkpoint(model, to, output, quantization=quantization, force=force)
-    sys.stderr.write(f"exported {model} → {output} ({to}{f', {quantization}' if quantization else ''})\n")

@@ -20,6 +20,47 @@ from mtx.score.metrics import check_line_counts
 from mtx.score.metrics import score as score_lines
 
 
+def score(
+    references: Annotated[
+        list[Path],
+        typer.Option("-r", "--ref", metavar="REF", help="A reference file, one line per sentence; repeat for more."),
+    ],
+    input_: Annotated[
+        Path | None,
+        typer.Option("-i", "--input", metavar="HYP", help="Hypotheses, one line per sentence [default: stdin]."),
+    ] = None,
+    metrics: Annotated[
+        str, typer.Option("--metrics", metavar="LIST", help="Comma-separated: bleu, chrf, ter.")
+    ] = "bleu",
+    tokenize: Annotated[
+        str, typer.Option("--tokenize", metavar="13a|intl|zh|none", help="The BLEU tokenizer.")
+    ] = "13a",
+    paper_bleu: Annotated[
+        bool, typer.Option("--paper-bleu", help="Also the paper's tokenized En-De BLEU (Moses + ##AT##).")
+    ] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+    min_bleu: Annotated[
+        float | None,
+        typer.Option("--min-bleu", metavar="X", help="Exit 1 if BLEU (the paper's, with --paper-bleu) is below X."),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option("--baseline", metavar="OTHER_HYP", help="Another system's output: paired bootstrap p-values."),
+    ] = None,
+) -> None:
+    """Score translations with sacreBLEU (BLEU, chrF, TER), each score with its signature.
+
+    Example: mtx translate -m avg.pt -i newstest2014.en | mtx score -r newstest2014.de --paper-bleu --min-bleu 25
+    """
+    result = score_files(references, input_, metrics.split(","), tokenize, paper_bleu, baseline)
+    if json_:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        print_table(result)
+    if min_bleu is not None:
+        check_min_bleu(result, min_bleu)
+
+
 def read_lines(path: Path | None) -> list[str]:
     """Read a UTF-8 text file (standard input when `path` is None) as sacreBLEU's command line does.
 
@@ -115,44 +156,3 @@ def print_table(result: dict[str, Any]) -> None:
         console.print(f"{labels[name]} signature: {signature}")
     if baseline:
         console.print(f"paired bootstrap signature: {baseline['signature']}")
-
-
-def score(
-    references: Annotated[
-        list[Path],
-        typer.Option("-r", "--ref", metavar="REF", help="A reference file, one line per sentence; repeat for more."),
-    ],
-    input_: Annotated[
-        Path | None,
-        typer.Option("-i", "--input", metavar="HYP", help="Hypotheses, one line per sentence [default: stdin]."),
-    ] = None,
-    metrics: Annotated[
-        str, typer.Option("--metrics", metavar="LIST", help="Comma-separated: bleu, chrf, ter.")
-    ] = "bleu",
-    tokenize: Annotated[
-        str, typer.Option("--tokenize", metavar="13a|intl|zh|none", help="The BLEU tokenizer.")
-    ] = "13a",
-    paper_bleu: Annotated[
-        bool, typer.Option("--paper-bleu", help="Also the paper's tokenized En-De BLEU (Moses + ##AT##).")
-    ] = False,
-    json_: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
-    min_bleu: Annotated[
-        float | None,
-        typer.Option("--min-bleu", metavar="X", help="Exit 1 if BLEU (the paper's, with --paper-bleu) is below X."),
-    ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option("--baseline", metavar="OTHER_HYP", help="Another system's output: paired bootstrap p-values."),
-    ] = None,
-) -> None:
-    """Score translations with sacreBLEU (BLEU, chrF, TER), each score with its signature.
-
-    Example: mtx translate -m avg.pt -i newstest2014.en | mtx score -r newstest2014.de --paper-bleu --min-bleu 25
-    """
-    result = score_files(references, input_, metrics.split(","), tokenize, paper_bleu, baseline)
-    if json_:
-        sys.stdout.write(json.dumps(result) + "\n")
-    else:
-        print_table(result)
-    if min_bleu is not None:
-        check_min_bleu(result, min_bleu)
