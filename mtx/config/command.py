@@ -30,7 +30,7 @@ def config(
         "--keys", help="List every recipe key with its type, default and help instead (with RECIPE: and the "
         "recipe's own value where it differs from the default).")] = False,
 ) -> None:
-    """Print the fully resolved recipe (presets expanded) and the model's parameter count.
+    """Print the fully resolved recipe (presets expanded) and the model's parameter count; or every recipe key.
 
     Example: mtx config recipes/wmt14_en_de_base.yaml --set model.preset=big
 
