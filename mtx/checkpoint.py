@@ -12,7 +12,10 @@ primitives only, so loading a file cannot run code):
     model                 the state dict
     train_state           what resuming needs besides the model: the optimizer's and the grad scaler's state
                           and the trainer's progress (step, data position, best score, clock, open loss
-                          window); absent from best.pt and from averaged checkpoints
+                          window). Only the newest two step_<N>.pt of a run carry it (last.pt, the newest again):
+                          the trainer rewrites older ones without it (mtx.train.checkpoints), since Adam's
+                          two moments make it twice the weights' size and only a resume reads it. Absent
+                          from best.pt and from averaged checkpoints
     averaged_from         the files an averaged checkpoint is the mean of (mtx.train.average)
 
 No RNG state is saved, and no learning-rate scheduler's: the trainer reseeds dropout at every update from
@@ -42,8 +45,11 @@ def save_checkpoint(checkpoint: dict[str, Any], path: Path) -> None:
 
 
 def make_checkpoint(model: torch.nn.Module, tokenizer_json: str, recipe: dict[str, Any], step: int,
-                    train_state: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The checkpoint dict of `model` (an mtx Transformer, unwrapped from DDP/compile by the caller)."""
+                    train_state: dict[str, Any] | None = None, copy: bool = False) -> dict[str, Any]:
+    """The checkpoint dict of `model` (an mtx Transformer, unwrapped from DDP/compile by the caller).
+
+    `copy`: the weights are copies, never the model's own CPU tensors, for a writer that runs while the next
+    updates change the model (train_state is the caller's to copy)."""
     checkpoint = {
         "format": FORMAT,
         "mtx_version": __version__,
@@ -52,24 +58,25 @@ def make_checkpoint(model: torch.nn.Module, tokenizer_json: str, recipe: dict[st
         "tokenizer": tokenizer_json,
         "recipe": recipe,
         "step": step,
-        "model": _on_cpu(model.state_dict()),
+        "model": _on_cpu(model.state_dict(), copy),
     }
     if train_state is not None:
         checkpoint["train_state"] = train_state
     return checkpoint
 
 
-def _on_cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """`state` on the CPU, where names that share one tensor (the tied embedding and output matrix: three
-    names, one matrix) still share one, so `torch.save` stores it once."""
+def _on_cpu(state: dict[str, torch.Tensor], copy: bool) -> dict[str, torch.Tensor]:
+    """`state` on the CPU (copied if `copy`), where names that share one tensor (the tied embedding and output
+    matrix: three names, one matrix) still share one, so `torch.save` stores it once."""
     aliases = shared_names(state)
-    moved = {name: tensor.detach().cpu() for name, tensor in state.items() if name not in aliases}
+    moved = {name: tensor.detach().to("cpu", copy=copy) for name, tensor in state.items() if name not in aliases}
     return {name: moved[aliases.get(name, name)] for name in state}
 
 
 def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
     """Load and sanity-check a checkpoint on the CPU; a missing or corrupt file is a user error. `mmap` maps
-    the tensors from the file rather than reading them, for a caller that looks only at the metadata."""
+    the tensors from the file rather than reading them: a caller pages in only what it touches (nothing, for
+    one that looks only at the metadata), from the page cache that all processes of a machine share."""
     path = Path(path)
     if not path.is_file():
         raise MtxError(f"Checkpoint {path} does not exist: pass a file written by `mtx train` or `mtx average`.")

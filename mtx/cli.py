@@ -13,6 +13,7 @@ a one-paragraph message on standard error and exit code 1; `--debug` shows the t
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -23,7 +24,7 @@ from mtx.analysis.command import inspect
 from mtx.config.command import config
 from mtx.data.command import prepare
 from mtx.decode.command import translate
-from mtx.errors import MtxError, is_out_of_memory
+from mtx.errors import MtxError, PeersLostError, is_out_of_memory
 from mtx.export.command import export
 from mtx.report.command import report
 from mtx.score.command import score
@@ -76,7 +77,7 @@ def fail(message: str) -> None:
 
 def main() -> None:
     """Entry point: Typer handles usage errors (exit 2); an MtxError, or running out of memory, becomes a
-    clean message and exit 1."""
+    clean message and exit 1 (at once, skipping the interpreter's clean-up, after a PeersLostError)."""
     try:
         app()
     except Exception as e:
@@ -88,4 +89,8 @@ def main() -> None:
         try:
             fail(message)
         except typer.Exit as exit_:
+            if isinstance(e, PeersLostError):
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(exit_.exit_code)
             sys.exit(exit_.exit_code)

@@ -5,6 +5,12 @@ class MtxError(Exception):
     """A user-facing error: the message names the file, key or value at fault and what to do about it."""
 
 
+class PeersLostError(MtxError):
+    """A collective with the other training processes failed: one of them stopped or died. Final for this
+    process: it writes nothing more, and it exits at once, without the interpreter's clean-up, which could wait
+    for ever on the broken process group (an NCCL communicator whose peer is gone)."""
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether `error` is PyTorch running out of memory: a GPU's OutOfMemoryError, or the CPU allocator's
     RuntimeError (whose type says nothing, so its message is read)."""

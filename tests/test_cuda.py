@@ -255,3 +255,51 @@ def test_a_checkpoint_of_a_gpu_model_stores_the_tied_matrix_once(tmp_path) -> No
     save_checkpoint(make_checkpoint(model, "{}", {}, 0), tmp_path / "model.pt")
     state = load_checkpoint(tmp_path / "model.pt")["model"]
     assert state["src_embed.weight"].data_ptr() == state["tgt_embed.weight"].data_ptr()
+
+
+# --------------------------------------------------------------------------------- the trainer on a GPU
+
+
+def test_fp16_training_with_fused_adamw_skips_an_inf_gradient(tmp_path) -> None:
+    """The path only CUDA takes: fp16 autocast, the grad scaler and fused AdamW. An inf gradient at the third
+    update is skipped (weights, Adam's state and the schedule unchanged), counted, and training goes on."""
+    import math
+
+    from copy_task import prepared, recipe
+
+    from mtx.train import distributed
+    from mtx.train.trainer import Trainer
+
+    trainer = Trainer(recipe(prepared(tmp_path), "model.dropout=0.0", device="cuda", precision="fp16",
+                             max_steps=5, log_every=1, validate_every=100, save_every=100), distributed.setup("cuda"))
+    assert trainer.optimizer.defaults["fused"] and trainer.scaler.is_enabled()
+    weight, update, stepped = trainer.model.tgt_embed.weight, trainer._train_update, []
+
+    def inject_at_third(batches, n_tokens):
+        hook = weight.register_hook(lambda g: torch.full_like(g, math.inf)) if len(stepped) == 2 else None
+        before = weight.detach().clone()
+        stepped.append(update(batches, n_tokens))
+        if hook is not None:
+            hook.remove()
+            assert torch.equal(before, weight.detach())
+        return stepped[-1]
+
+    trainer._train_update = inject_at_third
+    state = trainer.fit()
+    assert stepped == [True, True, False, True, True, True]
+    assert (state.step, state.skipped_steps) == (5, 1)
+
+
+def test_fp32_training_on_a_gpu_allows_tf32(tmp_path) -> None:
+    from copy_task import prepared, recipe
+
+    from mtx.train import distributed
+    from mtx.train.trainer import Trainer
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        Trainer(recipe(prepared(tmp_path), device="cuda", precision="fp32", max_steps=1), distributed.setup("cuda"))
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before

@@ -115,7 +115,7 @@ def test_files_round_trip_through_the_memory_mapped_splits(prepared_files) -> No
     manifest = load_manifest(data_dir)
     assert manifest["splits"]["train"]["pairs"] == len(KEPT)
     tokens = load_split(data_dir, "train")
-    assert tokens.src_lens.dtype == np.int64 and int(tokens.src_lens.sum()) == manifest["splits"]["train"]["src_tokens"]
+    assert tokens.src_lens.dtype == np.int32 and int(tokens.src_lens.sum()) == manifest["splits"]["train"]["src_tokens"]
     assert int(tokens.tgt_lens.sum()) == manifest["splits"]["train"]["tgt_tokens"]
     assert tokens.src(0).dtype == np.int64 and len(tokens.src(0)) == tokens.src_lens[0]
     with pytest.raises(IndexError):

@@ -265,3 +265,63 @@ def test_of_processes_taking_one_stale_lock_exactly_one_wins(tmp_path: Path) -> 
 def test_heartbeat_must_come_before_staleness() -> None:
     with pytest.raises(ValueError, match="heartbeat < stale_after"):
         RunLock(Path("."), stale_after=10.0, heartbeat=10.0)
+
+
+JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+
+
+@pytest.fixture
+def no_job(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """An environment outside any scheduler's job, whatever the one the tests run in."""
+    for name in JOB_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_a_requeued_slurm_job_takes_over_the_lock_of_its_earlier_run_at_once(tmp_path: Path, no_job) -> None:
+    """Rank 0 SIGKILLed on node A left a lock with a fresh heartbeat; SLURM's requeue (same job id, restart
+    count one up) lands on node B and takes it over at once instead of exiting 1 and ending the chain."""
+    no_job.setenv("SLURM_JOB_ID", "81234")
+    no_job.setenv("SLURM_RESTART_COUNT", "1")
+    write_lock(tmp_path, host="gpu-node-17", pid=4242, age=2.0, job="slurm:81234", restart=0)
+    with RunLock(tmp_path, stale_after=300.0, heartbeat=1.0) as lock:
+        assert "restart 0 of this job (slurm:81234)" in lock.replaced_stale["stale_reason"]
+        record = read_lock(tmp_path)
+        assert (record["job"], record["restart"], record["token"]) == ("slurm:81234", 1, lock.token)
+
+
+def test_a_fresh_lock_of_another_job_or_of_this_very_run_is_refused(tmp_path: Path, no_job) -> None:
+    no_job.setenv("SLURM_JOB_ID", "81234")  # first run: SLURM sets no SLURM_RESTART_COUNT
+    for fields in (dict(job="slurm:99999", restart=0),  # another job: its own lock, alive
+                   dict(job="slurm:81234", restart=0),  # the same incarnation: not ours to take
+                   dict(job="slurm:81234", restart=2),  # a later incarnation
+                   {}):  # a lock of an mtx from before jobs were recorded
+        write_lock(tmp_path, host="gpu-node-17", pid=4242, age=2.0, **fields)
+        with pytest.raises(MtxError, match="in use by another `mtx train`"):
+            RunLock(tmp_path, stale_after=300.0, heartbeat=1.0).acquire()
+
+
+def test_torchrun_restarts_count_like_requeues_and_an_unnamed_run_names_no_job(tmp_path: Path, no_job) -> None:
+    no_job.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun without --rdzv-id: every run is "none"
+    write_lock(tmp_path, host="gpu-node-17", pid=4242, age=2.0, job="torchrun:none", restart=0)
+    with pytest.raises(MtxError):
+        RunLock(tmp_path, stale_after=300.0, heartbeat=1.0).acquire()
+    no_job.setenv("TORCHELASTIC_RUN_ID", "wmt-big")
+    no_job.setenv("TORCHELASTIC_RESTART_COUNT", "3")
+    write_lock(tmp_path, host="gpu-node-17", pid=4242, age=2.0, job="torchrun:wmt-big", restart=2)
+    with RunLock(tmp_path, stale_after=300.0, heartbeat=1.0) as lock:
+        assert "restart 2 of this job (torchrun:wmt-big)" in lock.replaced_stale["stale_reason"]
+
+
+def test_still_held_reads_the_lock_now_and_names_the_new_holder(tmp_path: Path, no_job) -> None:
+    """A holder suspended past its heartbeat finds, before its next write, that the lock is another's."""
+    lock = RunLock(tmp_path, stale_after=300.0, heartbeat=100.0)  # no heartbeat will run during the test
+    lock.acquire()
+    try:
+        assert lock.still_held() and not lock.lost
+        write_lock(tmp_path, host="gpu-node-3", pid=77, token="taker", command="mtx train big.yaml")
+        assert not lock.still_held() and lock.lost
+        assert lock.holder() == "host gpu-node-3, pid 77, `mtx train big.yaml`"
+    finally:
+        lock.release()
+    assert read_lock(tmp_path)["token"] == "taker"

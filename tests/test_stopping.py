@@ -10,12 +10,10 @@ import pytest
 from mtx.config.recipe import TrainConfig
 from mtx.train.stopping import Budgets, StopReason, StopSignals, improves
 
-UPDATES_PER_EPOCH = 10
 
-
-def spent(cfg: TrainConfig, step: int = 5, epoch: int = 1, update_in_epoch: int = 5,
+def spent(cfg: TrainConfig, step: int = 5, epoch: int = 1, epoch_finished: bool = False,
           bad_validations: int = 0) -> StopReason | None:
-    return Budgets(cfg, UPDATES_PER_EPOCH).spent(step, epoch, update_in_epoch, bad_validations)
+    return Budgets(cfg).spent(step, epoch, epoch_finished, bad_validations)
 
 
 def test_max_steps_stops_at_that_step_and_not_before() -> None:
@@ -27,11 +25,11 @@ def test_max_steps_stops_at_that_step_and_not_before() -> None:
 
 def test_max_epochs_counts_an_epoch_once_its_last_update_is_done() -> None:
     cfg = TrainConfig(max_epochs=2)
-    assert spent(cfg, epoch=2, update_in_epoch=UPDATES_PER_EPOCH - 1) is None
-    assert spent(cfg, epoch=2, update_in_epoch=UPDATES_PER_EPOCH) is StopReason.MAX_EPOCHS
-    assert spent(cfg, epoch=3, update_in_epoch=0) is StopReason.MAX_EPOCHS  # a resume between epochs
-    assert spent(cfg, epoch=1, update_in_epoch=UPDATES_PER_EPOCH) is None
-    assert spent(TrainConfig(), epoch=50, update_in_epoch=UPDATES_PER_EPOCH) is None  # no max_epochs
+    assert spent(cfg, epoch=2, epoch_finished=False) is None
+    assert spent(cfg, epoch=2, epoch_finished=True) is StopReason.MAX_EPOCHS
+    assert spent(cfg, epoch=3, epoch_finished=False) is StopReason.MAX_EPOCHS  # a resume between epochs
+    assert spent(cfg, epoch=1, epoch_finished=True) is None
+    assert spent(TrainConfig(), epoch=50, epoch_finished=True) is None  # no max_epochs
 
 
 def test_patience_stops_after_that_many_validations_without_a_better_bleu() -> None:
@@ -44,15 +42,15 @@ def test_patience_stops_after_that_many_validations_without_a_better_bleu() -> N
 def test_steps_are_looked_at_before_epochs_and_patience() -> None:
     """The reason given is the first that applies, in the order the user reads them."""
     cfg = TrainConfig(max_steps=20, max_epochs=1, patience=1)
-    assert spent(cfg, step=20, epoch=2, update_in_epoch=0, bad_validations=1) is StopReason.MAX_STEPS
-    assert spent(cfg, step=10, epoch=2, update_in_epoch=0, bad_validations=1) is StopReason.MAX_EPOCHS
+    assert spent(cfg, step=20, epoch=2, bad_validations=1) is StopReason.MAX_STEPS
+    assert spent(cfg, step=10, epoch=2, bad_validations=1) is StopReason.MAX_EPOCHS
 
 
 def test_max_time_is_reached_at_its_duration() -> None:
-    budgets = Budgets(TrainConfig(max_time="90m"), UPDATES_PER_EPOCH)
+    budgets = Budgets(TrainConfig(max_time="90m"))
     assert budgets.time_spent(90 * 60 - 0.5) is None
     assert budgets.time_spent(90 * 60) is StopReason.MAX_TIME
-    assert Budgets(TrainConfig(), UPDATES_PER_EPOCH).time_spent(1e12) is None  # no max_time
+    assert Budgets(TrainConfig()).time_spent(1e12) is None  # no max_time
 
 
 def test_a_better_bleu_is_strictly_better() -> None:

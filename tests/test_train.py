@@ -86,7 +86,7 @@ def test_resume_is_exact(tmp_path: Path) -> None:
 
     resumed = prepared(tmp_path / "resumed")
     stopped = train(recipe(resumed, max_steps=9, **settings))
-    assert stopped.epoch == 2 and stopped.update_in_epoch > 0  # the stop falls inside an epoch
+    assert stopped.epoch == 2 and stopped.batch_in_epoch > 0  # the stop falls inside an epoch
     (straight_ckpts, straight_metrics), (resumed_ckpts, resumed_metrics) = run_files(straight), run_files(resumed)
     carried = load_checkpoint(resumed_ckpts / "last.pt")["train_state"]["progress"]
     assert carried["window_tokens"] > 0  # and inside a log window, which the checkpoint carries over
@@ -368,6 +368,31 @@ def test_a_micro_batch_never_waits_for_the_device(tmp_path: Path, precision: str
     assert sums.shape == (2,) and trainer.model.tgt_embed.weight.grad is not None
 
 
+@pytest.mark.parametrize(("precision", "decoded_in"), [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_validation_decodes_in_the_trainings_precision(tmp_path: Path, monkeypatch, precision: str,
+                                                       decoded_in: torch.dtype) -> None:
+    """Valid BLEU's decoding runs under the training's autocast (bf16 on GPUs that have it), not in float32
+    beside a bf16 training; a float32 training allows TF32 on a GPU (and changes nothing on a CPU)."""
+    import mtx.decode.translator
+    import mtx.train.trainer
+    from mtx.train import distributed
+
+    decoded: list[torch.dtype] = []
+    translate = mtx.decode.translator.translate_sentences
+
+    def recorded(*args, **kwargs):
+        decoded.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else torch.float32)
+        return translate(*args, **kwargs)
+
+    tf32: list[torch.device] = []
+    monkeypatch.setattr(mtx.decode.translator, "translate_sentences", recorded)
+    monkeypatch.setattr(mtx.train.trainer, "allow_tf32", tf32.append)
+    trainer = mtx.train.trainer.Trainer(recipe(prepared(tmp_path), precision=precision), distributed.setup("cpu"))
+    loss, _, bleu = trainer.validator.run()
+    assert decoded and set(decoded) == {decoded_in} and 0.0 <= bleu <= 100.0 and loss > 0
+    assert tf32 == ([torch.device("cpu")] if precision == "fp32" else [])
+
+
 def test_compiled_training_matches_eager_without_compiling_each_shape(tmp_path: Path) -> None:
     """`train.compile: true`: updates over batches of changing shapes give eager training's losses and
     gradient norms, from one compiled graph (dynamic shapes) rather than one per shape. Inductor generates
@@ -490,6 +515,52 @@ def test_save_every_minutes_saves_by_the_wall_clock(tmp_path: Path, monkeypatch)
     assert [step for step, _ in step_checkpoints(run_files(path)[0])] == [3, 6, 9, 10]
 
 
+def test_a_resume_on_another_shape_continues_at_the_batch_where_the_run_stopped(tmp_path: Path, monkeypatch,
+                                                                                 capfd) -> None:
+    """update_freq 2 for 3 updates (batches 0-5 of the epoch's order), then update_freq 1: the second session
+    trains batches 6, 7, 8 …, none skipped or repeated, and says the effective batch changed. (Counting the
+    position in updates, as mtx did, would have restarted at batch 3.)"""
+    import mtx.train.trainer
+    from mtx.data.batching import collate
+    from mtx.train import distributed
+
+    trained: list[torch.Tensor] = []
+    update = mtx.train.trainer.Trainer._train_update
+
+    def recorded(trainer, batches, n_tokens):
+        trained.extend(batch.tgt_out for batch in batches)
+        return update(trainer, batches, n_tokens)
+
+    monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", recorded)
+    path = prepared(tmp_path)
+    assert train(recipe(path, max_steps=3, update_freq=2, save_every=100)).batch_in_epoch == 6
+    capfd.readouterr()
+    trainer = mtx.train.trainer.Trainer(recipe(path, max_steps=7, update_freq=1), distributed.setup("cpu"))
+    message = capfd.readouterr().err
+    assert ("Resuming on 1 process × update_freq 1 where the run stopped on 1 × 2: it continues at batch 6 of "
+            "epoch 1. The effective batch changes from 2 to 1 batches") in " ".join(message.split())
+    trainer.fit()
+    distributed.teardown()
+    order = trainer.plan.epoch_order(1)
+    expected = [collate(trainer.train_split, trainer.plan.batches[i]).tgt_out for i in order[:10]]
+    assert len(trained) == 10
+    assert all(torch.equal(a, b) for a, b in zip(trained, expected, strict=True))
+    state = load_checkpoint(run_files(path)[0] / "last.pt")["train_state"]["progress"]
+    assert (state["batch_in_epoch"], state["world"], state["update_freq"]) == (10, 1, 1)
+
+
+def test_a_checkpoint_that_counted_updates_resumes_at_the_same_batch() -> None:
+    """A checkpoint from before positions were counted in batches (update_in_epoch, no shape) resumes as
+    that mtx would have resumed it: this session's shape, update_in_epoch of its updates."""
+    from mtx.train.trainer import TrainState
+
+    old = TrainState.from_progress({"step": 9, "epoch": 2, "update_in_epoch": 4}, world=2, update_freq=3)
+    assert (old.batch_in_epoch, old.world, old.update_freq) == (24, 2, 3)
+    new = TrainState.from_progress({"step": 9, "epoch": 2, "batch_in_epoch": 7, "world": 1, "update_freq": 1},
+                                   world=2, update_freq=3)
+    assert (new.batch_in_epoch, new.world, new.update_freq) == (7, 1, 1)
+
+
 def test_max_epochs_stops_at_the_end_of_an_epoch_and_resumes_to_the_next(tmp_path: Path, capfd) -> None:
     from mtx.train.trainer import Trainer, distributed
 
@@ -497,7 +568,7 @@ def test_max_epochs_stops_at_the_end_of_an_epoch_and_resumes_to_the_next(tmp_pat
     per_epoch = Trainer(recipe(path), distributed.setup("cpu")).plan.updates_per_epoch
     distributed.teardown()
     state = train(recipe(path, max_steps=1000, max_epochs=1))
-    assert (state.step, state.epoch, state.update_in_epoch) == (per_epoch, 1, per_epoch)
+    assert (state.step, state.epoch, state.batch_in_epoch) == (per_epoch, 1, per_epoch)
     assert f"Training stopped at step {per_epoch}: train.max_epochs = 1 reached" in capfd.readouterr().err
     assert train(recipe(path, max_steps=1000, max_epochs=2)).step == 2 * per_epoch
 
@@ -705,7 +776,7 @@ def test_a_rank_stops_when_another_rank_was_signalled(tmp_path: Path, monkeypatc
 
     def another_rank_signalled_at_the_third(values: torch.Tensor) -> torch.Tensor:
         total = reduce(values)
-        if values.shape == (4,):  # _agree's tokens, signalled, out of time, save due
+        if values.shape == (5,):  # _agree's tokens, signalled, out of time, save due, lock lost
             agreed.append(1)
             if len(agreed) == 3:
                 total[1] += 1

@@ -22,6 +22,7 @@ from mtx.errors import MtxError
 
 FORMAT = 1  # bump when the files' layout changes, so older data is prepared again
 SIDES = ("src", "tgt")
+LENGTH_CHUNK = 1 << 20  # sentences whose lengths are computed at once
 
 
 class TokenSplit:
@@ -36,11 +37,22 @@ class TokenSplit:
 
     @cached_property
     def src_lens(self) -> np.ndarray:
-        return np.diff(self._offsets["src"]).astype(np.int64)
+        return self._lengths("src")
 
     @cached_property
     def tgt_lens(self) -> np.ndarray:
-        return np.diff(self._offsets["tgt"]).astype(np.int64)
+        return self._lengths("tgt")
+
+    def _lengths(self, side: str) -> np.ndarray:
+        """Every sentence's length, as int32, from the offsets a chunk at a time: every training rank holds
+        them, and at WMT14 En-Fr's 36M pairs int64 lengths and np.diff's int64 temporaries would cost each
+        rank about a gigabyte."""
+        offsets = self._offsets[side]
+        lengths = np.empty(len(offsets) - 1, dtype=np.int32)
+        for start in range(0, len(lengths), LENGTH_CHUNK):
+            end = min(start + LENGTH_CHUNK, len(lengths))
+            np.subtract(offsets[start + 1 : end + 1], offsets[start:end], out=lengths[start:end], casting="unsafe")
+        return lengths
 
     def src(self, i: int) -> np.ndarray:
         return self._sentence("src", i)

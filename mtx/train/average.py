@@ -50,7 +50,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for i, path in enumerate(paths):
-        checkpoint = load_checkpoint(path)
+        checkpoint = load_checkpoint(path, mmap=True)  # the training state some carry is never read
         if i == 0:
             first_path, identity = path, _identity(checkpoint)
             metadata = {k: v for k, v in checkpoint.items() if k not in ("model", "train_state")}

@@ -3,13 +3,33 @@
 mtx.checkpoint is the file format, which `mtx translate` and `mtx average` read as well; this module is the
 trainer's policy for its run's checkpoints/ folder, and changes with training, not with the format:
 
-    step_<N>.pt   the run at update N, training state included; the newest train.keep_last are kept
+    step_<N>.pt   the run at update N; the newest train.keep_last are kept. The newest two carry the training
+                  state (optimizer, grad scaler, progress; after a stop, the newest three until the next save);
+                  older ones hold the model alone, as best.pt does
     last.pt       the newest step_<N>.pt again: a hard link, or a copy where the filesystem has none
     best.pt       the model of the best valid BLEU so far, without training state
 
+Adam's two moments make the training state twice the weights' size, and only a resume reads it, from the newest
+step_<N>.pt: so a step checkpoint is written whole, and the training state of those older than the newest two
+is dropped once the new one is in place (the file rewritten without it), which keeps the train.keep_last files
+that averaging reads to about a third of their size. Rewriting costs a write of the weights per save, in the
+background; a state file beside each step checkpoint would not, but files that must travel in pairs, and a
+last.pt without the training state that `mtx report` and users read from it, are what this avoids. The second
+newest keeps its state so that a newest file damaged after it was written still leaves one to resume from.
+
 Every file is written under a temporary name and renamed into place (mtx.files), so a kill leaves at worst a
-temporary file, which the next run removes. A resumed run takes the newest step_<N>.pt rather than last.pt,
-since a kill may fall between writing the one and linking the other.
+temporary file, which the next run removes; and nothing loses its training state before a newer checkpoint
+holding one is in place, so a kill at any moment of a save leaves a newest step_<N>.pt to resume from. A
+resumed run takes the newest step_<N>.pt rather than last.pt, since a kill may fall between writing the one
+and linking the other.
+
+Only rank 0 writes, and on a GPU a step checkpoint's write need not hold up training: `save` copies the model, the
+optimizer's and the scaler's state to host memory, which is all that must happen before the next update changes
+them, and writes the file on a thread of its own while the GPU trains on. On a CPU the thread would take the cores
+that training computes on (bench/README.md, "Checkpoint writes"), so there it writes at once. The next save,
+`flush`, or a save with `wait=True` (a stop, which has seconds) waits for it. A resume maps the file rather than
+reading it (mmap): each rank pages in what it copies into its model and optimizer, and the ranks of one machine
+share the pages.
 """
 
 from __future__ import annotations
@@ -17,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +54,7 @@ from mtx.tokenizer import Tokenizer
 from mtx.train import distributed
 
 SHAPE_KEYS = ("layers_enc", "layers_dec", "d_model", "heads", "d_ff", "norm", "share_embeddings", "max_positions")
+RESUMABLE = 2  # the newest step checkpoints that keep their training state
 
 
 class CheckpointKeeper:
@@ -48,8 +70,11 @@ class CheckpointKeeper:
         self.recipe, self.ctx, self.say = recipe, ctx, say
         self.model, self.tokenizer, self.optimizer, self.scaler = model, tokenizer, optimizer, scaler
         self.directory = recipe.run_path / "checkpoints"
-        self.saved_step = 0  # the step of the newest checkpoint: a stop need not write it again
+        self.saved_step = 0  # the step of the newest checkpoint, written or being written: a stop need not save it
         self.last_save_time = time.monotonic()  # train.save_every_minutes counts from the last save or resume
+        self.background = ctx.device.type == "cuda"  # periodic saves written by a thread while training goes on
+        self._writing: _Write | None = None  # rank 0's step checkpoint write in flight, if any
+        self._stateless: set[int] = set()  # steps whose files are known to hold no training state (rank 0)
 
     # ---- before training: rank 0 tidies up, every rank resumes
 
@@ -107,7 +132,7 @@ class CheckpointKeeper:
     def _load(self, path: Path) -> dict[str, Any]:
         """Restore what `path` holds into the model, optimizer and scaler, and return its progress; refuse,
         saying why, a checkpoint of another model shape or tokenizer, or one without training state."""
-        checkpoint = load_checkpoint(path)
+        checkpoint = load_checkpoint(path, mmap=True)
         ours, theirs = dataclasses.asdict(self.recipe.model), dataclasses.asdict(model_config_of(checkpoint))
         differs = [f"model.{k} is {theirs[k]} there, {ours[k]} here" for k in SHAPE_KEYS if ours[k] != theirs[k]]
         if checkpoint["vocab_size"] != self.tokenizer.vocab_size:
@@ -125,6 +150,7 @@ class CheckpointKeeper:
         self.model.load_state_dict(checkpoint["model"])
         saved = checkpoint["train_state"]
         self.optimizer.load_state_dict(saved["optimizer"])
+        _off_the_file(self.optimizer)
         if saved["scaler"]:
             self.scaler.load_state_dict(saved["scaler"])
         return saved["progress"]
@@ -136,29 +162,112 @@ class CheckpointKeeper:
         minutes = self.recipe.train.save_every_minutes
         return minutes is not None and time.monotonic() - self.last_save_time >= 60 * minutes
 
-    def save(self, step: int, progress: dict[str, Any]) -> None:
+    def save(self, step: int, progress: dict[str, Any], wait: bool = False) -> None:
         """step_<N>.pt, then last.pt as a hard link to it (no second write), the oldest steps beyond
-        train.keep_last pruned. Called on all ranks at the same update; only rank 0 writes."""
+        train.keep_last pruned, the training state of those older than the newest two dropped. Called on all
+        ranks at the same update; only rank 0 writes.
+
+        The write runs on a thread of rank 0 while training goes on, once the state is copied to host memory;
+        it waits first for the previous save's write, and raises what that write raised. `wait=True` (the stop
+        path) returns with the file in place and leaves the older files' training state for the next save to
+        drop, as a stop may have only seconds.
+        """
+        self.flush()
         self.saved_step, self.last_save_time = step, time.monotonic()
         if not self.ctx.is_main:
             return
         train_state = {"progress": progress, "optimizer": self.optimizer.state_dict(),
                        "scaler": self.scaler.state_dict()}
+        if wait or not self.background:
+            self._write_step(step, self._checkpoint(step, train_state), drop_older_state=not wait)
+            return
+        checkpoint = self._checkpoint(step, _to_cpu(train_state), copy=True)
+        self._writing = _Write(lambda: self._write_step(step, checkpoint, drop_older_state=True))
+
+    def flush(self) -> None:
+        """Wait until the step checkpoint being written, if any, is in place; raise what its write raised. The
+        trainer calls it before it returns or exits, so that a run never ends with a write in flight."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.wait()
+
+    def _write_step(self, step: int, checkpoint: dict[str, Any], drop_older_state: bool) -> None:
         path = self.directory / f"step_{step}.pt"
-        save_checkpoint(self._checkpoint(step, train_state), path)
+        save_checkpoint(checkpoint, path)
         _link_atomically(path, self.directory / "last.pt")
+        steps = step_checkpoints(self.directory)
         keep_last = self.recipe.train.keep_last
         if keep_last:
-            for _, old in step_checkpoints(self.directory)[:-keep_last]:
+            for _, old in steps[:-keep_last]:
                 old.unlink()
+            steps = steps[-keep_last:]
+        if drop_older_state:
+            for old_step, old in steps[:-RESUMABLE]:
+                if old_step not in self._stateless:
+                    _drop_train_state(old)
+                    self._stateless.add(old_step)
 
     def save_best(self, step: int) -> None:
         """best.pt: the model alone, for translating, from rank 0."""
         if self.ctx.is_main:
             save_checkpoint(self._checkpoint(step, train_state=None), self.directory / "best.pt")
 
-    def _checkpoint(self, step: int, train_state: dict[str, Any] | None) -> dict[str, Any]:
-        return make_checkpoint(self.model, self.tokenizer.to_str(), self.recipe.to_dict(), step, train_state)
+    def _checkpoint(self, step: int, train_state: dict[str, Any] | None, copy: bool = False) -> dict[str, Any]:
+        return make_checkpoint(self.model, self.tokenizer.to_str(), self.recipe.to_dict(), step, train_state, copy)
+
+
+class _Write:
+    """A checkpoint write on a thread of its own. The thread is not a daemon: a process that ends normally
+    finishes the write before it exits, and one that is killed leaves at worst a temporary file."""
+
+    def __init__(self, write: Callable[[], None]) -> None:
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(write,), name="mtx-checkpoint-write")
+        self.thread.start()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as e:  # raised again by `wait`, in the thread that trains
+            self.error = e
+
+    def wait(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _to_cpu(value: Any) -> Any:
+    """`value` with every tensor in it copied to host memory and every dict, list and tuple rebuilt, for a
+    write that runs while the next updates change the originals in place."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: _to_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(item) for item in value)
+    return value
+
+
+def _drop_train_state(path: Path) -> None:
+    """Rewrite `path` without its training state, atomically (its tensors mapped, not read, until written).
+    A file that cannot be read is left as it is: it is not the one a resume takes, and averaging names it."""
+    try:
+        checkpoint = load_checkpoint(path, mmap=True)
+    except MtxError:
+        return
+    if checkpoint.pop("train_state", None) is not None:
+        save_checkpoint(checkpoint, path)
+
+
+def _off_the_file(optimizer: torch.optim.Optimizer) -> None:
+    """Give the optimizer's state tensors that loading left on the CPU (all of a CPU run's, a GPU run's step
+    counts) memory of their own: they are views of the checkpoint's mapped file, which they would keep alive,
+    disk space included, for the whole run after it is pruned."""
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+                state[key] = value.clone()
 
 
 def _link_atomically(source: Path, target: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mtx.config.recipe import Recipe
-from mtx.data.batching import PairSource, make_batches, pair_costs
+from mtx.data.batching import PairSource, make_batches, pair_costs, pairs_within
 from mtx.data.prepared import TokenSplit, load_split
 from mtx.errors import MtxError
 
@@ -53,19 +53,20 @@ def training_batches(recipe: Recipe, split: PairSource, warn: Callable[[str], No
     """
     max_tokens = recipe.train.max_tokens
     limit = min(recipe.model.max_positions, max_tokens)
-    costs = pair_costs(split.src_lens, split.tgt_lens)
-    fits = np.flatnonzero(costs <= limit)
-    if len(fits) == 0:
+    fits = pairs_within(split.src_lens, split.tgt_lens, limit)
+    pairs, fitting = len(fits), int(np.count_nonzero(fits))
+    if fitting == 0:
+        shortest = int(pair_costs(split.src_lens, split.tgt_lens).min())
         raise MtxError(
-            f"No training pair fits: the shortest needs {int(costs.min())} tokens (its longer side plus EOS), "
+            f"No training pair fits: the shortest needs {shortest} tokens (its longer side plus EOS), "
             f"more than train.max_tokens = {max_tokens} or model.max_positions = "
             f"{recipe.model.max_positions}. Raise them, or run `mtx prepare RECIPE` again."
         )
-    if len(fits) < len(costs):
-        warn(f"warning: {len(costs) - len(fits):,} of {len(costs):,} training pairs are longer than "
+    if fitting < pairs:
+        warn(f"warning: {pairs - fitting:,} of {pairs:,} training pairs are longer than "
              f"{limit} tokens (the smaller of train.max_tokens and model.max_positions) and are left out. "
              "Run `mtx prepare RECIPE` again to drop them from the data, or raise those limits.")
-    return _batches_of(split, fits, max_tokens, recipe.seed)
+    return make_batches(split.src_lens, split.tgt_lens, max_tokens, recipe.seed, keep=fits)
 
 
 def load_valid_set(recipe: Recipe, manifest: dict[str, Any], data_dir: Path) -> ValidSet | None:
@@ -80,16 +81,9 @@ def load_valid_set(recipe: Recipe, manifest: dict[str, Any], data_dir: Path) -> 
     if not has_valid:
         return None
     split = load_split(data_dir, "valid")
-    costs = pair_costs(split.src_lens, split.tgt_lens)
-    usable = np.flatnonzero(costs <= recipe.model.max_positions)
-    budget = max(cfg.max_tokens, int(costs[usable].max(initial=1)))
-    batches = _batches_of(split, usable, budget, recipe.seed)
+    usable = pairs_within(split.src_lens, split.tgt_lens, recipe.model.max_positions)
+    budget = max(cfg.max_tokens, int(pair_costs(split.src_lens, split.tgt_lens)[usable].max(initial=1)))
+    batches = make_batches(split.src_lens, split.tgt_lens, budget, recipe.seed, keep=usable)
     sources, refs = ((data_dir / f"valid.{lang}").read_text(encoding="utf-8").splitlines()[:cfg.valid_max_sentences]
                      for lang in (recipe.data.src_lang, recipe.data.tgt_lang))
     return ValidSet(split, batches, sources, refs)
-
-
-def _batches_of(split: PairSource, pairs: np.ndarray, max_tokens: int, seed: int) -> list[np.ndarray]:
-    """`make_batches` of the pairs `pairs` of `split`, as indices into the whole split."""
-    batches = make_batches(split.src_lens[pairs], split.tgt_lens[pairs], max_tokens, seed)
-    return [pairs[b] for b in batches]

@@ -15,7 +15,19 @@ later). A holder that dies leaves the file behind, so a lock is *stale*, and tak
   a daemon thread, so only a dead holder (or one whose filesystem or clock is far off) lets it age. This is what
   frees a lock left on a shared filesystem by another machine, whose pids we cannot check. The mtime is compared
   with this machine's clock, so hosts must agree on the time to well within `stale_after` (NTP does), or
-- it cannot be parsed and has not changed for a few seconds (its creator was killed between create and write).
+- it cannot be parsed and has not changed for a few seconds (its creator was killed between create and write),
+  or
+- it was written by an earlier run of the same job: SLURM's requeued job keeps its SLURM_JOB_ID and counts up
+  SLURM_RESTART_COUNT (torchrun's restarts keep its run id and count up TORCHELASTIC_RESTART_COUNT). When rank 0
+  was killed without releasing the lock (a node failure, a pre-emption whose grace ran out), the requeued job's
+  rank 0, often on another host, finds a lock with a fresh heartbeat; it is stale at once, since the incarnation
+  that wrote it is over. Without this, the requeue would refuse, exit 1, and SLURM, which does not retry a failed
+  job, would end the chain of requeues.
+
+A holder can lose its lock while alive: suspended long enough for its heartbeat to age (SLURM's
+PreemptMode=SUSPEND, an NFS stall), it finds on waking that another command took the lock over. `lost` says so
+(the heartbeat finds out within `heartbeat` seconds, `still_held` at once), and the trainer then stops every
+rank before its next checkpoint write rather than write beside the new holder.
 
 Taking over writes our content to a temporary file beside the lock and renames it over the lock. Judging a lock
 stale and replacing it must be one step, or two commands that find the same stale lock could each replace it and
@@ -55,7 +67,8 @@ class RunLock:
 
     Use as a context manager around the training (rank 0 only) or call `acquire` / `release`. After `acquire`,
     `replaced_stale` is the record of the stale lock that was taken over (with a `stale_reason`), or None, so the
-    caller can say so; `lost` becomes True if the heartbeat finds the lock gone or taken over by another holder.
+    caller can say so; `lost` becomes True if the heartbeat (or `still_held`) finds the lock gone or taken over
+    by another holder.
     """
 
     def __init__(self, run_dir: str | Path, stale_after: float = 300.0, heartbeat: float = 30.0) -> None:
@@ -118,6 +131,29 @@ class RunLock:
             # goes stale by its dead pid or its heartbeat.
             pass
 
+    def still_held(self) -> bool:
+        """Whether the lock file still holds our token, read now (not at the last heartbeat): asked before each
+        checkpoint write. A passing error of the filesystem counts as held; the next look decides."""
+        if not self._held or self.lost:
+            return False
+        try:
+            if _token_of(_read(self.path)) != self.token:
+                self.lost = True
+        except OSError:
+            pass
+        return not self.lost
+
+    def holder(self) -> str:
+        """Who holds the lock file now, in words, for the message of a holder that lost it."""
+        try:
+            found = _read(self.path)
+        except OSError as e:
+            return f"unknown ({e.strerror or e})"
+        if found is None:
+            return "nobody: the lock file was removed"
+        record = found[0] or {}
+        return f"host {record.get('host', '?')}, pid {record.get('pid', '?')}, `{record.get('command') or '?'}`"
+
     def __enter__(self) -> RunLock:
         self.acquire()
         return self
@@ -135,6 +171,7 @@ class RunLock:
             "started": datetime.now().astimezone().isoformat(timespec="seconds"),
             "token": self.token,
             "command": " ".join(sys.argv),
+            **job_identity(),
         }
         return (json.dumps(record) + "\n").encode()
 
@@ -186,6 +223,10 @@ class RunLock:
         """Why the lock (`holder` None if unparseable; heartbeat `age` seconds) is stale, or None if it is live."""
         if holder is None:
             return f"unreadable lock file, unchanged for {age:.0f} s" if age > TORN_GRACE else None
+        ours = job_identity()
+        if ours and holder.get("job") == ours["job"] and _restart(holder) < ours["restart"]:
+            return (f"written by restart {_restart(holder)} of this job ({ours['job']}), which is now at restart "
+                    f"{ours['restart']}: that incarnation is over")
         if age > self.stale_after:
             return f"no heartbeat for {age:.0f} s (stale after {self.stale_after:g} s)"
         if holder["host"] == socket.gethostname():
@@ -229,6 +270,27 @@ class RunLock:
                 return
             except OSError:
                 continue  # a passing hiccup of a network filesystem: the next beat tries again
+
+
+def job_identity() -> dict[str, Any]:
+    """{"job": id, "restart": count} of the scheduler's job this process belongs to, or {} outside one.
+
+    Under SLURM the job id survives a requeue and SLURM_RESTART_COUNT counts the requeues; under torchrun alone,
+    its run id (--rdzv-id; "none" when not given, which names no job) survives its restarts and
+    TORCHELASTIC_RESTART_COUNT counts them.
+    """
+    env = os.environ
+    if env.get("SLURM_JOB_ID"):
+        return {"job": f"slurm:{env['SLURM_JOB_ID']}", "restart": int(env.get("SLURM_RESTART_COUNT") or 0)}
+    run_id = env.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id != "none":
+        return {"job": f"torchrun:{run_id}", "restart": int(env.get("TORCHELASTIC_RESTART_COUNT") or 0)}
+    return {}
+
+
+def _restart(holder: dict[str, Any]) -> int:
+    restart = holder.get("restart")
+    return restart if isinstance(restart, int) and not isinstance(restart, bool) else 0
 
 
 # ---- files ----------------------------------------------------------------------------------------------------

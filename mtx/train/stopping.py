@@ -74,18 +74,18 @@ class Budgets:
     """The budgets of a recipe's `train:` section: max_steps, max_epochs and patience, which every rank sees
     alike, and max_time, the training time summed over resumes, which each rank measures on its own clock."""
 
-    def __init__(self, cfg: TrainConfig, updates_per_epoch: int) -> None:
-        self.cfg, self.updates_per_epoch = cfg, updates_per_epoch
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
         # parsed once here, not at every look at the clock
         self.max_seconds = math.inf if cfg.max_time is None else parse_duration(cfg.max_time, "train.max_time")
 
-    def spent(self, step: int, epoch: int, update_in_epoch: int, bad_validations: int) -> StopReason | None:
-        """Why training at update `step`, with `update_in_epoch` updates of epoch `epoch` done and
+    def spent(self, step: int, epoch: int, epoch_finished: bool, bad_validations: int) -> StopReason | None:
+        """Why training at update `step`, in epoch `epoch` (`epoch_finished`: with no whole update of it left),
         `bad_validations` validations since the best, must stop; None if it goes on."""
         cfg = self.cfg
         if step >= cfg.max_steps:
             return StopReason.MAX_STEPS
-        epochs_done = epoch - 1 + (update_in_epoch == self.updates_per_epoch)
+        epochs_done = epoch - 1 + epoch_finished
         if cfg.max_epochs is not None and epochs_done >= cfg.max_epochs:
             return StopReason.MAX_EPOCHS
         if cfg.patience is not None and bad_validations >= cfg.patience:

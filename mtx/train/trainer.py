@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from torch.nn.parallel import DistributedDataParallel
 from mtx.config.recipe import ModelConfig, Recipe, TrainConfig, parse_duration
 from mtx.data.batching import Batch, BatchPlan, collate, in_background
 from mtx.data.prepared import load_manifest, load_split
-from mtx.devices import available_memory, choose_dtype
+from mtx.devices import allow_tf32, available_memory, choose_dtype
 from mtx.errors import MtxError, is_out_of_memory
 from mtx.model.transformer import Transformer, count_parameters_for
 from mtx.tokenizer import Tokenizer
@@ -63,7 +63,9 @@ class TrainState:
 
     step: int = 0  # optimizer updates done
     epoch: int = 1  # the epoch in progress, from 1
-    update_in_epoch: int = 0  # updates of `epoch` done: where a resumed run continues
+    batch_in_epoch: int = 0  # batches of `epoch`'s order trained on: where a resumed run continues
+    world: int = 1  # the processes and train.update_freq of the session that saved this state: the batches
+    update_freq: int = 1  # of an update, which a resume on another shape reports
     train_seconds: float = 0.0  # summed over all sessions of the run; what train.max_time budgets
     best_bleu: float | None = None
     bad_validations: int = 0  # validations since best_bleu last improved
@@ -72,9 +74,17 @@ class TrainState:
     milestones: list[dict[str, Any]] = field(default_factory=list)  # the milestone lines of levels reached
 
     @classmethod
-    def from_progress(cls, progress: dict[str, Any]) -> TrainState:
-        """The state in a checkpoint's progress, which also holds the log's loss window (its window_* keys)."""
-        return cls(**{f.name: progress[f.name] for f in dataclasses.fields(cls) if f.name in progress})
+    def from_progress(cls, progress: dict[str, Any], world: int, update_freq: int) -> TrainState:
+        """The state in a checkpoint's progress, which also holds the log's loss window (its window_* keys); a
+        new run's state on `world` processes × `update_freq` if there is none.
+
+        A checkpoint of an mtx from before positions were counted in batches holds `update_in_epoch` instead, with
+        no shape: it is taken to have the shape of this session, as that mtx would have taken it."""
+        state = cls(**{f.name: progress[f.name] for f in dataclasses.fields(cls) if f.name in progress})
+        if "batch_in_epoch" not in progress:
+            state.world, state.update_freq = world, update_freq
+            state.batch_in_epoch = progress.get("update_in_epoch", 0) * world * update_freq
+        return state
 
 
 def learning_rate(cfg: TrainConfig, d_model: int, step: int) -> float:
@@ -103,8 +113,11 @@ class Trainer:
     the optimizer and the state, and decides, update by update, what comes next.
     """
 
-    def __init__(self, recipe: Recipe, ctx: distributed.Context, restart: bool = False) -> None:
-        self.recipe, self.cfg, self.ctx = recipe, recipe.train, ctx
+    def __init__(self, recipe: Recipe, ctx: distributed.Context, restart: bool = False,
+                 lock: RunLock | None = None) -> None:
+        """`lock`: the run directory's lock, which rank 0 holds (mtx.train.run_lock), None on the other ranks."""
+        self.recipe, self.cfg, self.ctx, self.lock = recipe, recipe.train, ctx, lock
+        distributed.check_shared_directory(recipe.run_path)
         self.log = MetricsLog(recipe.run_path / "metrics.jsonl", ctx, self.cfg.tensorboard)  # TensorBoard checked here
         data_dir = recipe.run_path / "data"
         manifest = load_manifest(data_dir)
@@ -120,18 +133,21 @@ class Trainer:
         self.model = Transformer(recipe.model, self.tokenizer.vocab_size).to(ctx.device)
         dtype = choose_dtype(self.cfg.precision, ctx.device, "train.precision")
         self.amp_dtype = None if dtype == torch.float32 else dtype  # the autocast dtype; None: none
+        if dtype == torch.float32:
+            allow_tf32(ctx.device)
         self.scaler = torch.amp.GradScaler(ctx.device.type, enabled=self.amp_dtype == torch.float16)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.0, betas=tuple(self.cfg.betas),
                                            eps=self.cfg.eps, weight_decay=self.cfg.weight_decay,
                                            fused=ctx.device.type == "cuda")
         self.signals = StopSignals()
-        self.budgets = Budgets(self.cfg, self.plan.updates_per_epoch)
+        self.budgets = Budgets(self.cfg)
         self.validator = None if valid is None else Validator(valid, recipe, ctx, self.model, self.tokenizer,
                                                               self.signals.requested, self._autocast)
         self.keeper = CheckpointKeeper(recipe, ctx, self.model, self.tokenizer, self.optimizer, self.scaler,
                                        say=self.log.say)
         progress = self._resume(restart)
-        self.state = TrainState.from_progress(progress)
+        self.state = TrainState.from_progress(progress, ctx.world, self.cfg.update_freq)
+        self._take_this_sessions_shape()
         self.forward_model = _for_training(self.model, self.cfg.compile, ctx)
         self.log.open_window(progress)
         self.session_start = time.monotonic()
@@ -150,28 +166,50 @@ class Trainer:
         self.log.truncate_after(progress.get("step", 0))
         return progress
 
+    def _take_this_sessions_shape(self) -> None:
+        """A run resumed on another number of processes or update_freq continues at the very batch where it
+        stopped (positions are counted in batches of the epoch's order), and says so in one line, with whether
+        an update's batches (the effective batch) changed."""
+        state, world, update_freq = self.state, self.ctx.world, self.cfg.update_freq
+        before, now = state.world * state.update_freq, world * update_freq
+        if (state.world, state.update_freq) != (world, update_freq):
+            effect = (f"An update has the same {now} batches as before." if before == now else
+                      f"The effective batch changes from {before} to {now} batches of up to train.max_tokens tokens "
+                      "per update; the learning rate schedule stays as it was.")
+            self.log.say(f"Resuming on {world} process{'es' if world > 1 else ''} × update_freq {update_freq} "
+                         f"where the run stopped on {state.world} × {state.update_freq}: it continues at batch "
+                         f"{state.batch_in_epoch:,} of epoch {state.epoch}. {effect}")
+        state.world, state.update_freq = world, update_freq
+
     # ---- the loop
 
     def fit(self) -> TrainState:
-        """Train until a budget is spent, patience runs out or a signal arrives; always end on a checkpoint."""
-        if (reason := self._budget_spent() or self._time_spent()) is not None:
+        """Train until a budget is spent, patience runs out or a signal arrives; always end on a checkpoint.
+
+        Whether there is anything to do at all is decided from the checkpoint's state alone, which every rank
+        holds alike: were it decided by each rank's own clock, a run resumed within a moment of train.max_time
+        could have one rank return while the others wait for it in their first collective."""
+        if (reason := self._budget_spent() or self.budgets.time_spent(self.seconds_before)) is not None:
             self.log.say(f"Nothing to do: {reason.describe(self.cfg)} at step {self.state.step}. Raise it to train "
                          "longer, or pass --restart to start over.")
             return self.state
-        with self.signals, self.log.session(total=self.cfg.max_steps, completed=self.state.step):
-            while True:
-                for update, batches in self._collated_updates():
-                    n_tokens, stop, save_due = self._agree(batches)
-                    if stop is not None:
-                        return self._finish(stop)
-                    if save_due:
-                        self._save()
-                    stepped = self._train_update(batches, n_tokens)
-                    self.state.update_in_epoch, self.state.tokens = update + 1, self.state.tokens + int(n_tokens)
-                    if (stop := self._after_update(stepped)) is not None:
-                        return self._finish(stop)
-                self.state.epoch += 1
-                self.state.update_in_epoch = 0
+        try:
+            with self.signals, self.log.session(total=self.cfg.max_steps, completed=self.state.step):
+                while True:
+                    for batches_done, batches in self._collated_updates():
+                        n_tokens, stop, save_due = self._agree(batches)
+                        if stop is not None:
+                            return self._finish(stop)
+                        if save_due:
+                            self._save()
+                        stepped = self._train_update(batches, n_tokens)
+                        self.state.batch_in_epoch, self.state.tokens = batches_done, self.state.tokens + int(n_tokens)
+                        if (stop := self._after_update(stepped)) is not None:
+                            return self._finish(stop)
+                    self.state.epoch += 1
+                    self.state.batch_in_epoch = 0
+        finally:
+            self.keeper.flush()  # an error, too, ends with the step checkpoint being written in place
 
     def _collated_updates(self) -> Iterator[tuple[int, list[Batch]]]:
         """This rank's updates of the epoch in progress, their batches collated by a background thread, ahead
@@ -182,16 +220,19 @@ class Trainer:
             collated = collate(self.train_split, indices)
             return collated.pin_memory() if pin else collated
 
-        updates = self.plan.updates(self.state.epoch, self.state.update_in_epoch)
-        return in_background(((update, [batch(i) for i in indices]) for update, indices in updates), ahead=2)
+        updates = self.plan.updates(self.state.epoch, self.state.batch_in_epoch)
+        return in_background(((done, [batch(i) for i in indices]) for done, indices in updates), ahead=2)
 
     def _agree(self, batches: list[Batch]) -> tuple[float, StopReason | None, bool]:
         """One all-reduce (on the host) before each update: its target tokens on all ranks, and whether any rank
-        was signalled, ran out of time or is due a wall-clock save, so that all ranks stop or save together."""
+        was signalled, ran out of time or is due a wall-clock save, so that all ranks stop or save together;
+        and whether rank 0's heartbeat found the run's lock taken over, which stops every rank at once."""
         local = [sum(b.n_tgt_tokens for b in batches), self.signals.requested(),
-                 self._time_spent() is not None, self.keeper.save_due()]
-        n_tokens, signalled, out_of_time, save_due = distributed.all_reduce_sum(
+                 self._time_spent() is not None, self.keeper.save_due(), self.lock is not None and self.lock.lost]
+        n_tokens, signalled, out_of_time, save_due, lock_lost = distributed.all_reduce_sum(
             torch.tensor(local, dtype=torch.float64)).tolist()
+        if lock_lost:
+            self._lock_lost()
         stop = None
         if signalled:
             stop = StopReason.SIGNAL
@@ -270,6 +311,7 @@ class Trainer:
         (loss, nll, bleu), state = scores, self.state
         if improves(bleu, state.best_bleu):
             state.best_bleu, state.bad_validations = bleu, 0
+            self._check_lock()
             self.keeper.save_best(state.step)
         else:
             state.bad_validations += 1
@@ -282,16 +324,35 @@ class Trainer:
             self.log.record(milestone)
         return None
 
-    def _save(self) -> None:
-        """A step checkpoint of the state and the open loss window, on all ranks at the same update."""
-        self.keeper.save(self.state.step, {**dataclasses.asdict(self.state), **self.log.carried_over()})
+    def _save(self, wait: bool = False) -> None:
+        """A step checkpoint of the state and the open loss window, on all ranks at the same update; written in
+        the background unless `wait`."""
+        self._check_lock()
+        self.keeper.save(self.state.step, {**dataclasses.asdict(self.state), **self.log.carried_over()}, wait=wait)
+
+    def _check_lock(self) -> None:
+        """Before a checkpoint write: rank 0 reads the lock file now, and every rank stops if another command
+        has taken it over (this run was suspended past its heartbeat, or its filesystem stalled), rather than
+        write beside the new holder."""
+        lost = self.lock is not None and not self.lock.still_held()
+        if distributed.all_reduce_sum(torch.tensor([float(lost)], dtype=torch.float64)).item():
+            self._lock_lost()
+
+    def _lock_lost(self) -> NoReturn:
+        """Every rank, together: rank 0, which holds the lock, names the new holder to all."""
+        holder = distributed.broadcast_object(f" ({self.lock.holder()})" if self.lock is not None else "")
+        raise MtxError(f"The run's lock {self.recipe.run_path / 'train.lock'} was taken over by another command"
+                       f"{holder} while this one went without its heartbeat (suspended, or its filesystem "
+                       f"stalled). This run stops at step {self.state.step} without writing anything more, so as "
+                       "not to write beside the new holder; its checkpoints so far are whole.")
 
     # ---- stopping
 
     def _budget_spent(self) -> StopReason | None:
         """The budgets that every rank sees alike; time, which each rank measures, is agreed on in `_agree`."""
         state = self.state
-        return self.budgets.spent(state.step, state.epoch, state.update_in_epoch, state.bad_validations)
+        return self.budgets.spent(state.step, state.epoch, self.plan.epoch_finished(state.batch_in_epoch),
+                                  state.bad_validations)
 
     def _time_spent(self) -> StopReason | None:
         return self.budgets.time_spent(self._elapsed())
@@ -301,7 +362,8 @@ class Trainer:
         why = reason.describe(self.cfg, self.signals.received)  # the signal that stopped it, not one during the save
         self.state.train_seconds = self._elapsed()
         if self.keeper.saved_step != self.state.step:
-            self._save()
+            self._save(wait=True)
+        self.keeper.flush()  # the periodic save of this very step may still be writing
         if reason is StopReason.SIGNAL:
             hint = "Run the same command again to resume."
         else:
@@ -362,6 +424,7 @@ def train(recipe: Recipe, restart: bool = False) -> TrainState:
     """
     ctx = distributed.setup(recipe.train.device, parse_duration(recipe.train.dist_timeout, "train.dist_timeout"))
     lock = RunLock(recipe.run_path) if ctx.is_main else None
+    peers_lost = False
     try:
         refusal = None
         if lock is not None:
@@ -376,8 +439,13 @@ def train(recipe: Recipe, restart: bool = False) -> TrainState:
             Console(stderr=True).print(f"Took over the lock of a stopped run (host {old.get('host')}, pid "
                                        f"{old.get('pid')}: {old.get('stale_reason')}).", highlight=False)
         try:
-            return Trainer(recipe, ctx, restart).fit()
+            return Trainer(recipe, ctx, restart, lock).fit()
         except Exception as e:
+            if ctx.distributed and distributed.is_peer_failure(e):
+                peers_lost = True
+                raise distributed.peers_lost(e) from None
+            if ctx.distributed:
+                distributed.record_failure(e)
             if not is_out_of_memory(e):
                 raise
             memory = "GPU memory" if ctx.device.type == "cuda" else "memory"
@@ -387,4 +455,5 @@ def train(recipe: Recipe, restart: bool = False) -> TrainState:
     finally:
         if lock is not None:
             lock.release()
-        distributed.teardown()
+        if not peers_lost:  # tearing down a group whose peers are gone can wait for ever (NCCL)
+            distributed.teardown()

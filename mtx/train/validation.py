@@ -73,7 +73,8 @@ class Validator:
         for start in range(0, len(mine), VALID_CHUNK):
             if self.stop_requested():
                 break
-            hyps += translate_sentences(self.model, self.tokenizer, mine[start : start + VALID_CHUNK], decode)
+            with self.autocast():  # decoded in the training's precision, as fast as its forward passes
+                hyps += translate_sentences(self.model, self.tokenizer, mine[start : start + VALID_CHUNK], decode)
         shards = distributed.all_gather_objects((hyps, self.stop_requested()))
         if any(stopped for _, stopped in shards):
             return None
