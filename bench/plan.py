@@ -2,7 +2,7 @@
 
 Synthetic lengths shaped like WMT14 En-Fr after BPE: sources log-normal around 28 tokens, clipped to [1, 250];
 each target its source's length times a log-normal ratio around 1.1 (French runs longer), clipped alike. They
-are int64 arrays, as mtx.data.prepared.TokenSplit hands them to the trainer. `mtx.data.batching.make_batches`
+are int32 arrays, as mtx.data.prepared.TokenSplit hands them to the trainer. `mtx.data.batching.make_batches`
 is timed on --pairs and on --reference-pairs pairs at each train.max_tokens (the first run apart, then the
 median of the repeats), and the peak of its own allocations measured in a run of its own under tracemalloc
 (NumPy reports its arrays to it). `training_batches` is what mtx.train.run_data.training_batches does when
@@ -34,8 +34,8 @@ MAX_POSITIONS = 200  # for training_batches: leaves out the few longest pairs, t
 
 def wmt_like_lengths(pairs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    src = np.clip(np.rint(rng.lognormal(np.log(28), 0.6, pairs)), 1, 250).astype(np.int64)
-    tgt = np.clip(np.rint(src * rng.lognormal(np.log(1.1), 0.2, pairs)), 1, 250).astype(np.int64)
+    src = np.clip(np.rint(rng.lognormal(np.log(28), 0.6, pairs)), 1, 250).astype(np.int32)
+    tgt = np.clip(np.rint(src * rng.lognormal(np.log(1.1), 0.2, pairs)), 1, 250).astype(np.int32)
     return src, tgt
 
 
