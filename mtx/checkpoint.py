@@ -33,7 +33,7 @@ import torch
 
 from mtx import __version__
 from mtx.config.recipe import ModelConfig
-from mtx.errors import MtxError
+from mtx.errors import MtxError, first_line
 from mtx.files import atomic_write
 
 FORMAT = "mtx-checkpoint-v1"
@@ -84,7 +84,7 @@ def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:
         raise MtxError(
-            f"Checkpoint {path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]}): "
+            f"Checkpoint {path} cannot be read ({type(e).__name__}: {first_line(e, 200)}): "
             "the file is corrupt, truncated or not an mtx checkpoint. Use another one, e.g. an earlier step_<N>.pt."
         ) from None
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:

@@ -24,7 +24,7 @@ from mtx.analysis.command import inspect
 from mtx.config.command import config
 from mtx.data.command import prepare
 from mtx.decode.command import translate
-from mtx.errors import MtxError, PeersLostError, is_out_of_memory
+from mtx.errors import MtxError, PeersLostError, first_line, is_out_of_memory
 from mtx.export.command import export
 from mtx.report.command import report
 from mtx.score.command import score
@@ -84,7 +84,7 @@ def main() -> None:
         if _state["debug"] or not (isinstance(e, MtxError) or is_out_of_memory(e)):
             raise
         message = str(e) if isinstance(e, MtxError) else (
-            f"Out of memory ({str(e).splitlines()[0][:160]}): ask for less at once — train.max_tokens for "
+            f"Out of memory ({first_line(e)}): ask for less at once — train.max_tokens for "
             "training, --batch-tokens or --beam for translation.")
         try:
             fail(message)

@@ -11,6 +11,12 @@ class PeersLostError(MtxError):
     for ever on the broken process group (an NCCL communicator whose peer is gone)."""
 
 
+def first_line(error: BaseException, width: int = 160) -> str:
+    """The first line of an error's message, cut to `width` characters (its type's name if it has no message):
+    what a one-paragraph message quotes of an error that PyTorch or a library raised."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:width]
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether `error` is PyTorch running out of memory: a GPU's OutOfMemoryError, or the CPU allocator's
     RuntimeError (whose type says nothing, so its message is read)."""

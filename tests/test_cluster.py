@@ -166,12 +166,12 @@ def test_a_gloo_set_up_that_fails_names_gloo_socket_ifname(tmp_path: Path) -> No
         assert "GLOO_SOCKET_IFNAME is 'mtxnosuch0'" in state["error"] and "NCCL_SOCKET_IFNAME" in state["error"]
 
 
-def node_local_worker(rank: int, world: int, port: int, base: str, out: str) -> None:
-    """Each rank in a working directory of its own, the recipe's run_dir relative to it: what node-local disks
-    give every node."""
-    node = Path(base) / f"node{rank}"
-    node.mkdir()
-    os.chdir(node)
+def shared_directory_worker(rank: int, world: int, port: int, base: str, out: str, node_local: bool) -> None:
+    """`check_shared_directory` of runs/demo under `base`; with `node_local`, each rank in a working directory
+    of its own, the run directory relative to it: what node-local disks give every node."""
+    work = Path(base) / (f"node{rank}" if node_local else "shared")
+    work.mkdir(exist_ok=True)
+    os.chdir(work)
     join_group(rank, world, port)
     try:
         distributed.check_shared_directory(Path("runs/demo"))
@@ -183,25 +183,17 @@ def node_local_worker(rank: int, world: int, port: int, base: str, out: str) -> 
 
 
 def test_a_run_directory_that_the_ranks_do_not_share_is_refused(tmp_path: Path) -> None:
-    run_ranks(node_local_worker, str(tmp_path), str(tmp_path))
+    run_ranks(shared_directory_worker, str(tmp_path), str(tmp_path), True)
     for state in outcomes(tmp_path):
         assert "The run directory runs/demo is not shared by all ranks: rank 1 on" in state["error"]
         assert "starts over" in state["error"]
     assert list((tmp_path / "node0" / "runs" / "demo").iterdir()) == []  # the probe is removed
 
 
-def shared_worker(rank: int, world: int, port: int, directory: str, out: str) -> None:
-    join_group(rank, world, port)
-    try:
-        distributed.check_shared_directory(Path(directory))
-        outcome(out, rank, error=None)
-    finally:
-        distributed.teardown()
-
-
 def test_a_shared_run_directory_passes_the_check(tmp_path: Path) -> None:
-    run_ranks(shared_worker, str(tmp_path / "run"), str(tmp_path))
+    run_ranks(shared_directory_worker, str(tmp_path), str(tmp_path), False)
     assert [state["error"] for state in outcomes(tmp_path)] == [None, None]
+    assert list((tmp_path / "shared" / "runs" / "demo").iterdir()) == []
 
 
 def skewed_clock_worker(rank: int, world: int, port: int, recipe_path: str, out: str) -> None:

@@ -74,7 +74,6 @@ class CheckpointKeeper:
         self.last_save_time = time.monotonic()  # train.save_every_minutes counts from the last save or resume
         self.background = ctx.device.type == "cuda"  # periodic saves written by a thread while training goes on
         self._writing: _Write | None = None  # rank 0's step checkpoint write in flight, if any
-        self._stateless: set[int] = set()  # steps whose files are known to hold no training state (rank 0)
 
     # ---- before training: rank 0 tidies up, every rank resumes
 
@@ -167,10 +166,10 @@ class CheckpointKeeper:
         train.keep_last pruned, the training state of those older than the newest two dropped. Called on all
         ranks at the same update; only rank 0 writes.
 
-        The write runs on a thread of rank 0 while training goes on, once the state is copied to host memory;
-        it waits first for the previous save's write, and raises what that write raised. `wait=True` (the stop
-        path) returns with the file in place and leaves the older files' training state for the next save to
-        drop, as a stop may have only seconds.
+        With `background` (on a GPU) the write runs on a thread of rank 0 while training goes on, once the state
+        is copied to host memory; a save waits first for the previous save's write, and raises what that write
+        raised. `wait=True` (the stop path) returns with the file in place and leaves the older files' training
+        state for the next save to drop, as a stop may have only seconds.
         """
         self.flush()
         self.saved_step, self.last_save_time = step, time.monotonic()
@@ -202,10 +201,8 @@ class CheckpointKeeper:
                 old.unlink()
             steps = steps[-keep_last:]
         if drop_older_state:
-            for old_step, old in steps[:-RESUMABLE]:
-                if old_step not in self._stateless:
-                    _drop_train_state(old)
-                    self._stateless.add(old_step)
+            for _, old in steps[:-RESUMABLE]:
+                _drop_train_state(old)
 
     def save_best(self, step: int) -> None:
         """best.pt: the model alone, for translating, from rank 0."""

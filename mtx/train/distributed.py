@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from mtx.devices import choose_device
-from mtx.errors import MtxError, PeersLostError
+from mtx.errors import MtxError, PeersLostError, first_line
 
 _control: dist.ProcessGroup | None = None  # the gloo group for host-side agreement (the default one on CPUs)
 _rank = 0
@@ -93,7 +93,7 @@ def _gloo_set_up(make: Callable[[], T], rank: int) -> T:
         interface = os.environ.get("GLOO_SOCKET_IFNAME")
         now = f"GLOO_SOCKET_IFNAME is {interface!r}" if interface else "GLOO_SOCKET_IFNAME is not set"
         raise MtxError(
-            f"Rank {rank} could not join the gloo group that the ranks agree over ({_first_line(e)}). gloo uses "
+            f"Rank {rank} could not join the gloo group that the ranks agree over ({first_line(e, 200)}). gloo uses "
             f"the address that this host's name ({socket.gethostname()}) resolves to, unless GLOO_SOCKET_IFNAME "
             f"names a network interface; {now}. Set it on every node to the interface the nodes reach each other "
             "on, the one NCCL uses (e.g. export GLOO_SOCKET_IFNAME=ib0 NCCL_SOCKET_IFNAME=ib0; `ip -brief addr` "
@@ -168,7 +168,7 @@ def peers_lost(error: BaseException) -> PeersLostError:
     cause = (f"{first} failed first" if first else
              "another rank stopped without a word (killed, or its node failed: torchrun's summary names it)")
     return PeersLostError(
-        f"Rank {_rank} stops: a collective with the other ranks failed ({_first_line(error)}); {cause}. It writes "
+        f"Rank {_rank} stops: a collective with the other ranks failed ({first_line(error, 200)}); {cause}. It writes "
         "no checkpoint: those written before are whole, and the same command resumes from the newest once every "
         "rank can run.")
 
@@ -181,7 +181,7 @@ def record_failure(error: BaseException) -> None:
         return
     # The store is another process's (rank 0's, or torchrun's), which may be gone too.
     with contextlib.suppress(Exception):
-        store.compare_set(FAILURE_KEY, "", f"rank {_rank} ({socket.gethostname()}: {_first_line(error)})")
+        store.compare_set(FAILURE_KEY, "", f"rank {_rank} ({socket.gethostname()}: {first_line(error, 200)})")
 
 
 def first_failure() -> str | None:
@@ -220,19 +220,16 @@ def check_shared_directory(directory: Path) -> None:
         seen = probe.read_text() == probe.name
     except OSError:
         seen = False
-    blind = [f"rank {rank} on {host}" for rank, (ok, host) in enumerate(all_gather_objects(
-        (seen, socket.gethostname()))) if not ok]
+    views = all_gather_objects((seen, socket.gethostname()))
+    blind = [f"rank {rank} on {host}" for rank, (ok, host) in enumerate(views) if not ok]
     barrier()
     if _rank == 0:
         probe.unlink(missing_ok=True)
     if blind:
         raise MtxError(
             f"The run directory {directory} is not shared by all ranks: {', '.join(blind)} cannot see a file rank "
-            f"0 ({socket.gethostname() if _rank == 0 else 'its host'}) wrote there. Every node must see the same "
+            f"0 ({views[0][1]}) wrote there. Every node must see the same "
             "run directory, or a requeue that puts rank 0 on another node finds no checkpoint and starts over: set "
             "the recipe's run_dir (or run from a working directory) on a filesystem all nodes mount, such as NFS "
             "or Lustre.")
 
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]

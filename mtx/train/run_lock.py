@@ -260,10 +260,9 @@ class RunLock:
     def _beat(self) -> None:
         """Refresh the lock's mtime while it is still ours; never recreate it once it is gone or taken over."""
         while not self._stop.wait(self.heartbeat):
+            if not self.still_held():
+                return
             try:
-                if _token_of(_read(self.path)) != self.token:
-                    self.lost = True
-                    return
                 os.utime(self.path)
             except FileNotFoundError:
                 self.lost = True

@@ -41,7 +41,7 @@ from mtx.config.recipe import ModelConfig, Recipe, TrainConfig, parse_duration
 from mtx.data.batching import Batch, BatchPlan, collate, in_background
 from mtx.data.prepared import load_manifest, load_split
 from mtx.devices import allow_tf32, available_memory, choose_dtype
-from mtx.errors import MtxError, is_out_of_memory
+from mtx.errors import MtxError, first_line, is_out_of_memory
 from mtx.model.transformer import Transformer, count_parameters_for
 from mtx.tokenizer import Tokenizer
 from mtx.train import distributed
@@ -449,7 +449,7 @@ def train(recipe: Recipe, restart: bool = False) -> TrainState:
             if not is_out_of_memory(e):
                 raise
             memory = "GPU memory" if ctx.device.type == "cuda" else "memory"
-            raise MtxError(f"Out of {memory} while training ({str(e).splitlines()[0][:160]}). Lower "
+            raise MtxError(f"Out of {memory} while training ({first_line(e)}). Lower "
                            "train.max_tokens and raise train.update_freq to keep the update's size (the same "
                            "gradient), or use a smaller model.") from None
     finally:
