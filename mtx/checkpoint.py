@@ -9,7 +9,12 @@ primitives only, so loading a file cannot run code):
     tokenizer             the tokenizer's JSON, so no data folder is needed to translate
     recipe                the recipe of the run (decoding defaults included)
     step                  optimizer updates done
-    model                 the state dict
+    model                 the state dict: the weights as trained, or, in a checkpoint that carries `ema_decay`
+                          but no `ema` (best.pt, averaged), the moving average's
+    ema, ema_decay        a run with train.ema_decay: the moving average of the weights (mtx.train.ema) as a
+                          state dict beside `model` in step checkpoints, which resuming needs both of, and its
+                          decay. Wherever a checkpoint has an average, it translates with it
+                          (`inference_weights`)
     train_state           what resuming needs besides the model: the optimizer's and the grad scaler's state
                           and the trainer's progress (step, data position, best score, clock, open loss
                           window). Only the newest two step_<N>.pt of a run carry it (last.pt, the newest again):
@@ -45,11 +50,14 @@ def save_checkpoint(checkpoint: dict[str, Any], path: Path) -> None:
 
 
 def make_checkpoint(model: torch.nn.Module, tokenizer_json: str, recipe: dict[str, Any], step: int,
-                    train_state: dict[str, Any] | None = None, copy: bool = False) -> dict[str, Any]:
+                    train_state: dict[str, Any] | None = None, copy: bool = False,
+                    ema: dict[str, torch.Tensor] | None = None, ema_decay: float | None = None,
+                    ema_only: bool = False) -> dict[str, Any]:
     """The checkpoint dict of `model` (an mtx Transformer, unwrapped from DDP/compile by the caller).
 
     `copy`: the weights are copies, never the model's own CPU tensors, for a writer that runs while the next
-    updates change the model (train_state is the caller's to copy)."""
+    updates change the model (train_state is the caller's to copy). `ema`: the moving average of the weights,
+    of decay `ema_decay`, stored beside them, or, with `ema_only`, instead of them (a checkpoint to translate)."""
     checkpoint = {
         "format": FORMAT,
         "mtx_version": __version__,
@@ -58,8 +66,12 @@ def make_checkpoint(model: torch.nn.Module, tokenizer_json: str, recipe: dict[st
         "tokenizer": tokenizer_json,
         "recipe": recipe,
         "step": step,
-        "model": _on_cpu(model.state_dict(), copy),
+        "model": _on_cpu(ema if ema is not None and ema_only else model.state_dict(), copy),
     }
+    if ema is not None:
+        checkpoint["ema_decay"] = ema_decay
+        if not ema_only:
+            checkpoint["ema"] = _on_cpu(ema, copy)
     if train_state is not None:
         checkpoint["train_state"] = train_state
     return checkpoint
@@ -96,15 +108,35 @@ def model_config_of(checkpoint: dict[str, Any]) -> ModelConfig:
     return ModelConfig(**checkpoint["model_config"])
 
 
+def inference_weights(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The weights a checkpoint translates with: the moving average where the run kept one."""
+    return checkpoint.get("ema", checkpoint["model"])
+
+
+def describe_weights(checkpoint: dict[str, Any]) -> str:
+    """Which weights `inference_weights` gives, for the line where a command says what it loaded."""
+    decay = checkpoint.get("ema_decay")
+    return "weights" if decay is None else f"EMA weights (decay {decay:g})"
+
+
+def describe_checkpoint(checkpoint: dict[str, Any]) -> str:
+    """What a checkpoint holds, for the line where a command says what it loaded: "step 500", "the average of
+    5 checkpoints", with ", EMA weights (decay 0.999)" where those are what it translates with."""
+    averaged = checkpoint.get("averaged_from")
+    origin = f"the average of {len(averaged)} checkpoints" if averaged else f"step {checkpoint['step']}"
+    return origin if "ema_decay" not in checkpoint else f"{origin}, {describe_weights(checkpoint)}"
+
+
 def load_model(path: str | Path, device: str | torch.device = "cpu"):
-    """(model in eval mode on `device`, tokenizer, checkpoint dict) from a checkpoint file."""
+    """(model in eval mode on `device`, tokenizer, checkpoint dict) from a checkpoint file; the model holds
+    the weights it translates with (`inference_weights`)."""
     from mtx.model.transformer import Transformer
     from mtx.tokenizer import Tokenizer
 
     checkpoint = load_checkpoint(path)
     model = Transformer(model_config_of(checkpoint), checkpoint["vocab_size"])
     try:
-        model.load_state_dict(checkpoint["model"])
+        model.load_state_dict(inference_weights(checkpoint))
     except RuntimeError as e:
         raise MtxError(f"Checkpoint {path} does not match its own model config: {str(e)[:300]}") from None
     tokenizer = Tokenizer.from_str(checkpoint["tokenizer"])

@@ -10,6 +10,12 @@ sentence as inside it; the decoder strips that one space again. UNK keeps its fi
 Special tokens are never added by `encode`: the stored data holds plain sentence ids and the trainer adds
 BOS/EOS where the model needs them. Literal text such as "</s>" in the input is encoded as ordinary text.
 
+Tags are the exception: special tokens beyond the fixed four, one per tagged corpus (`data.sources[i].tag`, e.g.
+"<bt>" before back-translated sentences), which the vocabulary holds whole so that BPE never splits them. A tag
+that starts a sentence, followed by a space, is encoded as its one id, and `decode` drops it like every special
+token; a tag anywhere else is ordinary text, as "</s>" is. So the tagged lines of a prepared valid or test set
+("<bt> The house is red.") translate as the model was trained on them.
+
 Word alignments need to know which word of the decoded text each token belongs to: `pieces` gives the text
 each token adds, and `word_of_each_token` the word, counted as `normalize_text` separates words.
 """
@@ -110,8 +116,10 @@ class Tokenizer:
         self._hf = hf
 
     @classmethod
-    def train(cls, lines: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
-        """Learn merges from `lines` (streamed: only word counts are held in memory)."""
+    def train(cls, lines: Iterable[str], vocab_size: int, min_frequency: int = 2, tags: Iterable[str] = ()
+              ) -> Tokenizer:
+        """Learn merges from `lines` (streamed: only word counts are held in memory); `tags` become special
+        tokens after the fixed four, in their order."""
         hf = HfTokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK]))
         hf.normalizer = normalizers.Prepend(" ")
         hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -119,7 +127,7 @@ class Tokenizer:
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size,
             min_frequency=min_frequency,
-            special_tokens=SPECIAL_TOKENS,
+            special_tokens=[*SPECIAL_TOKENS, *tags],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
@@ -149,15 +157,44 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._hf.get_vocab_size()
 
+    @functools.cached_property
+    def _tag_ids(self) -> dict[str, int]:
+        """Each tag's id, in id order, read from the vocabulary: a tokenizer loaded from JSON knows its tags."""
+        return {token.content: i for i, token in sorted(self._hf.get_added_tokens_decoder().items())
+                if token.special and i >= len(SPECIAL_TOKENS)}
+
+    @property
+    def tags(self) -> list[str]:
+        """The special tokens beyond the fixed four, in id order: the tags of the corpora it was learnt for."""
+        return list(self._tag_ids)
+
+    @functools.cached_property
+    def special_tokens(self) -> dict[int, str]:
+        """Every special token by its id, tags included: they add no text and belong to no word."""
+        return {**dict(enumerate(SPECIAL_TOKENS)), **{i: tag for tag, i in self._tag_ids.items()}}
+
+    def _split_tag(self, text: str) -> tuple[int | None, str]:
+        """(the id of the tag that starts `text`, the text after it and its space); (None, text) if none does."""
+        if self._tag_ids:
+            first, _, rest = text.partition(" ")
+            if first in self._tag_ids:
+                return self._tag_ids[first], rest
+        return None, text
+
     def encode(self, text: str) -> list[int]:
-        return self._hf.encode(text, add_special_tokens=False).ids
+        tag, rest = self._split_tag(text)
+        ids = self._hf.encode(rest, add_special_tokens=False).ids
+        return ids if tag is None else [tag, *ids]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Many sentences at once, in Rust (parallel unless TOKENIZERS_PARALLELISM=false)."""
-        return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
+        """Many sentences at once, in Rust (parallel unless TOKENIZERS_PARALLELISM=false): the texts after their
+        leading tags are encoded in one call, and each tag's id put before its text's."""
+        split = [self._split_tag(text) for text in texts]
+        encoded = self._hf.encode_batch([rest for _, rest in split], add_special_tokens=False)
+        return [e.ids if tag is None else [tag, *e.ids] for (tag, _), e in zip(split, encoded, strict=True)]
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Text for `ids`, skipping special tokens (pad, bos, eos and the never-produced unk)."""
+        """Text for `ids`, skipping special tokens (pad, bos, eos, the never-produced unk and tags)."""
         return self._hf.decode(list(ids), skip_special_tokens=True)
 
     def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
@@ -173,13 +210,14 @@ class Tokenizer:
         from the start still there: "".join(pieces(ids)) is decode(ids), but for that space.
 
         A character whose UTF-8 bytes are spread over several tokens belongs to the token of its first byte,
-        and so does the U+FFFD that `decode` puts for bytes that make no character. Special tokens add nothing.
+        and so does the U+FFFD that `decode` puts for bytes that make no character. Special tokens (tags
+        included) add nothing.
         """
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pieces: list[list[str]] = []
         started = None  # the token holding the first byte of an unfinished character
         for token, i in enumerate(ids):
-            spelled = "" if i < len(SPECIAL_TOKENS) else self._hf.id_to_token(i)
+            spelled = "" if i in self.special_tokens else self._hf.id_to_token(i)
             if started is None and spelled in self._whole_characters:  # most tokens: whole characters
                 pieces.append([self._whole_characters[spelled]])
                 continue
@@ -198,8 +236,8 @@ class Tokenizer:
 
     def word_of_each_token(self, ids: Iterable[int]) -> list[int | None]:
         """For each token, the index of its word among the whitespace-separated words of
-        `normalize_text(decode(ids))`, or None for a token that is part of no word (a special token, a lone
-        space): what pooling subword attention to words needs (mtx.decode.alignment)."""
+        `normalize_text(decode(ids))`, or None for a token that is part of no word (a special token or a tag, a
+        lone space): what pooling subword attention to words needs (mtx.decode.alignment)."""
         ids = list(ids)
         owners = word_of_each_piece(self.pieces(ids))
-        return [None if i < len(SPECIAL_TOKENS) else owner for i, owner in zip(ids, owners, strict=True)]
+        return [None if i in self.special_tokens else owner for i, owner in zip(ids, owners, strict=True)]

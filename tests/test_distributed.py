@@ -40,24 +40,28 @@ def rank_worker(rank: int, world: int, port: int, recipe_path: str, out: str) ->
     torch.set_num_threads(1)
     ctx = distributed.setup("cpu")
     try:
-        trainer = Trainer(recipe(Path(recipe_path), NO_DROPOUT, update_freq=1, **SETTINGS), ctx)
+        trainer = Trainer(recipe(Path(recipe_path), NO_DROPOUT, update_freq=1, ema_decay=0.7, **SETTINGS), ctx)
         trainer.fit()
-        torch.save(trainer.model.state_dict(), Path(out) / f"rank{rank}.pt")
+        torch.save({"model": trainer.model.state_dict(), "ema": trainer.ema.state_dict()},
+                   Path(out) / f"rank{rank}.pt")
     finally:
         distributed.teardown()
 
 
 def test_two_processes_equal_one_with_update_freq_two(tmp_path: Path) -> None:
+    """The weights, their moving average (which validation scores) and the logs of 2 ranks are those of 1
+    process accumulating 2 micro-batches; the ranks hold the very same weights and average."""
     torch.set_num_threads(1)
     one, two = prepared(tmp_path / "one"), prepared(tmp_path / "two")
-    single = Trainer(recipe(one, NO_DROPOUT, update_freq=2, **SETTINGS), distributed.setup("cpu"))
+    single = Trainer(recipe(one, NO_DROPOUT, update_freq=2, ema_decay=0.7, **SETTINGS), distributed.setup("cpu"))
     single.fit()
 
     mp.spawn(rank_worker, args=(2, free_port(), str(two), str(tmp_path)), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
-    for name, expected in single.model.state_dict().items():
-        torch.testing.assert_close(ranks[0][name], expected, atol=1e-5, rtol=0, msg=name)
-        assert torch.equal(ranks[0][name], ranks[1][name]), f"{name} differs between ranks"
+    for kind, state in (("model", single.model.state_dict()), ("ema", single.ema.state_dict())):
+        for name, expected in state.items():
+            torch.testing.assert_close(ranks[0][kind][name], expected, atol=1e-5, rtol=0, msg=f"{kind} {name}")
+            assert torch.equal(ranks[0][kind][name], ranks[1][kind][name]), f"{kind} {name} differs between ranks"
 
     def logged(path: Path) -> list[dict]:
         rows = [json.loads(line) for line in (path.parent / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -81,7 +81,7 @@ def inspect_checkpoint(checkpoint: Path, sentence: str, *, target: str | None, k
     from mtx.analysis.attention_page import write_page
     from mtx.analysis.attention_terminal import print_heatmaps, statistics_table
     from mtx.analysis.inspection import inspect_sentence, select_views
-    from mtx.checkpoint import load_model
+    from mtx.checkpoint import describe_checkpoint, load_model
     from mtx.config.recipe import DecodeConfig
 
     model, tokenizer, loaded = load_model(checkpoint, "cpu")
@@ -92,6 +92,7 @@ def inspect_checkpoint(checkpoint: Path, sentence: str, *, target: str | None, k
     if as_json:
         console.file.write(summary_json(inspection, views) + "\n")
         return inspection
+    console.print(Text.assemble(("model        ", "bold"), f"{checkpoint} ({describe_checkpoint(loaded)})"))
     console.print(Text.assemble(("source       ", "bold"), inspection.source))
     console.print(Text.assemble(("target       " if inspection.forced else "translation  ", "bold"),
                                 inspection.translation, (f"  (score {inspection.score:.4f})", "dim")))

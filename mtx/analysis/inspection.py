@@ -32,7 +32,7 @@ from mtx.decode.search import length_penalty
 from mtx.decode.translator import Translator
 from mtx.errors import MtxError
 from mtx.model.transformer import AttentionWeights, Transformer
-from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, Tokenizer, normalize_text, word_of_each_piece
+from mtx.tokenizer import BOS, EOS, Tokenizer, normalize_text, word_of_each_piece
 
 Kind = Literal["encoder", "decoder", "cross"]
 KINDS: tuple[Kind, ...] = ("encoder", "decoder", "cross")
@@ -52,10 +52,10 @@ def readable_labels(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
     without the space before it, a token that continues a word as its text after `CONTINUATION`."""
     pieces = tokenizer.pieces(ids)
     owners = word_of_each_piece(pieces)
-    labels, word_before = [], None
+    labels, word_before, specials = [], None, tokenizer.special_tokens
     for token, piece, owner in zip(ids, pieces, owners, strict=True):
-        if token < len(SPECIAL_TOKENS):
-            labels.append(SPECIAL_TOKENS[token])
+        if token in specials:
+            labels.append(specials[token])
             continue
         starts_word = owner is not None and owner != word_before
         text = piece[1:] if starts_word and piece[:1].isspace() else piece

@@ -37,11 +37,16 @@ def config(
     Example: mtx config --keys | grep -A1 train.max_tokens
     """
     from mtx.config.keys import all_keys, format_keys
-    from mtx.config.loading import dump_recipe, load_recipe
+    from mtx.config.loading import dump_recipe
 
     if recipe is None and not keys:
         ctx.fail("Missing argument 'RECIPE.yaml'.")
-    resolved = None if recipe is None else load_recipe(recipe, set_)
+    if recipe is not None:
+        from mtx.train.fine_tuning import load_run_recipe  # a fine-tuning recipe takes its parent's model section
+
+        resolved = load_run_recipe(recipe, set_)
+    else:
+        resolved = None
     if keys:
         sys.stdout.write(format_keys(all_keys(), resolved))
         return

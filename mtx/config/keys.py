@@ -14,7 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from mtx.config.recipe import FROM_PRESET, ModelConfig, Recipe
+from mtx.config.recipe import FROM_PRESET, ModelConfig, Recipe, recipe_key
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class KeyHelp:
     type: str
     default: str | None
     help: str
-    section: bool  # a mapping of further keys (train, data.bpe), rather than a value
+    section: bool  # a mapping (train, data.bpe) or list of mappings (data.sources) of further keys, not a value
 
 
 def type_name(tp: Any) -> str:
@@ -37,6 +37,8 @@ def type_name(tp: Any) -> str:
         return " or ".join(type_name(a) for a in typing.get_args(tp))
     if origin is list:
         item = typing.get_args(tp)[0]
+        if dataclasses.is_dataclass(item):
+            return "a list of mappings"
         return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(item, type_name(item))
     if origin is dict:
         return "a mapping"
@@ -44,6 +46,9 @@ def type_name(tp: Any) -> str:
         return "a mapping"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
             type(None): "null"}.get(tp, str(tp))
+
+
+LIST_ITEM = "[i]"  # how a key names any item of a list of sections: data.sources[i].tag
 
 
 def section_type(tp: Any) -> type | None:
@@ -54,17 +59,26 @@ def section_type(tp: Any) -> type | None:
     return inner[0] if inner else None
 
 
+def list_section_type(tp: Any) -> type | None:
+    """The dataclass of each item of a field that holds a list of them (`list[X] | None`), else None."""
+    lists = [a for a in (tp, *typing.get_args(tp)) if typing.get_origin(a) is list]
+    return section_type(typing.get_args(lists[0])[0]) if lists else None
+
+
 def all_keys(cls: type = Recipe, prefix: str = "") -> list[KeyHelp]:
-    """Every key of the dataclass `cls` and of its sections, depth first, in the order the classes declare them."""
+    """Every key of the dataclass `cls` and of its sections, depth first, in the order the classes declare them;
+    the keys of a list's items under `LIST_ITEM` (data.sources[i].tag)."""
     keys = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        key = f"{prefix}.{f.name}" if prefix else f.name
-        nested = section_type(hints[f.name])
+        key = f"{prefix}.{recipe_key(f)}" if prefix else recipe_key(f)
+        nested, items = section_type(hints[f.name]), list_section_type(hints[f.name])
         keys.append(KeyHelp(key, type_name(hints[f.name]), _default(cls, f, nested), f.metadata.get("help", ""),
-                            nested is not None))
+                            nested is not None or items is not None))
         if nested is not None:
             keys.extend(all_keys(nested, key))
+        if items is not None:
+            keys.extend(all_keys(items, key + LIST_ITEM))
     return keys
 
 
@@ -99,12 +113,12 @@ _UNSET = object()
 
 def value_in(recipe: Recipe, key: str) -> Any:
     """The value a resolved recipe holds for a dotted key; `_UNSET` under a section it leaves out (data.source.hf
-    of a demo recipe)."""
+    of a demo recipe) and for the keys of a list's items, which have a value per item."""
     value: Any = recipe
     for part in key.split("."):
-        if value is None:
+        if value is None or part.endswith(LIST_ITEM):
             return _UNSET
-        value = getattr(value, part)
+        value = getattr(value, next(f.name for f in dataclasses.fields(value) if recipe_key(f) == part))
     return value
 
 

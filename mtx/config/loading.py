@@ -19,7 +19,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from mtx.config.keys import all_keys, type_name
-from mtx.config.recipe import ConfigError, ModelConfig, Recipe, resolve_model
+from mtx.config.recipe import ConfigError, ModelConfig, Recipe, recipe_key, resolve_model
 
 
 def _convert(value: Any, tp: Any, key: str) -> Any:
@@ -35,7 +35,7 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             try:
                 return _convert(value, arg, key)
             except ConfigError:
-                if dataclasses.is_dataclass(arg) and isinstance(value, dict):
+                if _shaped_like(value, arg):  # the error inside a section says more than "must be a mapping"
                     raise
         raise ConfigError(f"{key} = {value!r} must be {type_name(tp)}.")
     if origin is Literal:
@@ -79,23 +79,30 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key} = {value!r} must be {type_name(tp)}.")
 
 
+def _shaped_like(value: Any, tp: Any) -> bool:
+    """Whether `value` has the shape of `tp`, a section (a mapping) or a list, so that an error converting it is
+    about something inside it."""
+    return ((dataclasses.is_dataclass(tp) and isinstance(value, dict))
+            or (typing.get_origin(tp) is list and isinstance(value, list)))
+
+
 def _dataclass_from_mapping(cls: type, values: dict[str, Any], prefix: str) -> Any:
     """An instance of the dataclass `cls` (a recipe or one of its sections) from a parsed YAML mapping: each
     key checked and typed by its field, the preset expanded and the whole validated, every error naming its
-    dotted key under `prefix`."""
+    dotted key under `prefix`. Keys are the recipe's (`recipe_key`), which a few fields spell otherwise."""
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {recipe_key(f): f for f in dataclasses.fields(cls)}
     kwargs = {}
     for name, value in values.items():
         key = f"{prefix}.{name}" if prefix else str(name)
         if name not in fields:
             raise ConfigError(_unknown_key_message(key, str(name), prefix, list(fields)))
-        kwargs[name] = _convert(value, hints[name], key)
+        kwargs[fields[name].name] = _convert(value, hints[fields[name].name], key)
     for name, f in fields.items():
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if required and name not in kwargs:
+        if required and f.name not in kwargs:
             key = f"{prefix}.{name}" if prefix else name
-            raise ConfigError(f"{key} is missing: the recipe must set it ({type_name(hints[name])}).")
+            raise ConfigError(f"{key} is missing: the recipe must set it ({type_name(hints[f.name])}).")
     obj = cls(**kwargs)
     if isinstance(obj, ModelConfig):
         obj = resolve_model(obj)
@@ -148,6 +155,12 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """Read, override, validate. Every failure is a ConfigError naming the file and key."""
+    return recipe_from_raw(read_recipe(path, overrides), path)
+
+
+def read_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The recipe at `path` as a parsed mapping, the overrides applied, not yet checked: for a caller that
+    completes it before it is read as a recipe (a fine-tuning recipe takes its parent's model section)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"Recipe {path} does not exist: pass the path of a YAML recipe, e.g. recipes/demo.yaml.")
@@ -166,7 +179,11 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"Recipe {path} must be a mapping of sections (name, data, model, train, decode).")
-    raw = apply_overrides(raw, overrides or [])
+    return apply_overrides(raw, overrides or [])
+
+
+def recipe_from_raw(raw: dict[str, Any], path: str | Path) -> Recipe:
+    """The recipe of the parsed mapping `raw`, read from the file `path`, which its errors name."""
     try:
         return _dataclass_from_mapping(Recipe, raw, "")
     except ConfigError as e:

@@ -24,12 +24,21 @@ class ConfigError(MtxError):
     """A recipe problem, always naming the file and the dotted key."""
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None) -> Any:
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,
+            key: str | None = None) -> Any:
     """A recipe field with its help text (`mtx config --keys` prints it); a list or mapping default is built by
-    `factory`, once per recipe. No default: the recipe must set the key."""
+    `factory`, once per recipe. No default: the recipe must set the key. `key`: the recipe's name for the field
+    where it cannot be the attribute's, a Python keyword (`from`, attribute `from_`); see `recipe_key`."""
+    metadata = {"help": help} if key is None else {"help": help, "key": key}
     if factory is not None:
-        return field(default_factory=factory, metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def recipe_key(f: dataclasses.Field) -> str:
+    """The key a recipe writes for the field `f`: its name, unless `setting(key=...)` gave it another. The loader,
+    `mtx config --keys`, a dumped recipe and the data fingerprint all spell fields this way."""
+    return f.metadata.get("key", f.name)
 
 
 def _check(ok: bool, key: str, value: Any, what: str) -> None:
@@ -134,6 +143,10 @@ class DemoSource:
     valid: int = setting(500, "Validation pairs.")
     test: int = setting(500, "Test pairs.")
     seed: int = setting(1, "The generator's seed: the same seed gives the same corpus.")
+    domain: Literal["all", "numbers", "general"] = setting(
+        "all", "Which sentences to keep, in every split: numbers: those whose English holds a number, a date or a "
+        "clock time; general: the others; all: both. Two corpora of one seed and different domains share no "
+        "sentence (a general corpus and a small in-domain one, for domain adaptation).")
 
 
 @dataclass
@@ -166,6 +179,48 @@ class SourceConfig:
 
 
 @dataclass
+class CorpusConfig(SourceConfig):
+    """One corpus of `data.sources`: a source as `data.source` takes it, with a name, a tag and a weight."""
+
+    name: str | None = setting(
+        None, "The corpus' name in the manifest and the logs [default: from the source: demo, a file's stem, the "
+        "dataset's last path component and config].")
+    tag: str | None = setting(
+        None, "A token put before every source sentence of this corpus, e.g. <bt> for back-translations: one "
+        "reserved token of the vocabulary, never split, never in a translation.")
+    weight: int = setting(
+        1, "Each training pair of the corpus is seen this many times an epoch (fairseq's upsample_primary). "
+        "Applied by `mtx train`, so changing it needs no new `mtx prepare`.")
+
+    def validate(self, key: str) -> None:
+        super().validate(key)
+        if self.name is not None:
+            _check(bool(re.fullmatch(r"[\w.\-]+", self.name)), f"{key}.name", self.name,
+                   "may hold only letters, digits, '.', '_' and '-'")
+        if self.tag is not None:
+            _check(self.tag.split() == [self.tag], f"{key}.tag", self.tag,
+                   "must be one word without spaces, e.g. <bt>")
+            from mtx.tokenizer import SPECIAL_TOKENS  # here: a recipe without tags loads no tokenizer library
+
+            _check(self.tag not in SPECIAL_TOKENS, f"{key}.tag", self.tag,
+                   f"is one of mtx's own special tokens ({', '.join(SPECIAL_TOKENS)}): choose another, e.g. <bt>")
+        _check(self.weight >= 1, f"{key}.weight", self.weight, "must be at least 1")
+
+    def derived_name(self) -> str:
+        """A name from the source, for a corpus the recipe gives none: demo, the training file's stem, or the
+        dataset's last path component and its config."""
+        if self.demo is not None:
+            name = "demo"
+        elif self.files is not None:
+            name = Path(self.files.train[0]).stem
+        elif self.tsv is not None:
+            name = Path(self.tsv.train).stem
+        else:
+            name = Path(self.hf.path).name + (f"-{self.hf.name}" if self.hf.name else "")
+        return re.sub(r"[^\w.\-]+", "_", name) or "corpus"
+
+
+@dataclass
 class FilterConfig:
     """Training-data cleaning, as Moses' clean-corpus-n.perl does it. Valid/test sets are never filtered."""
 
@@ -182,7 +237,7 @@ class FilterConfig:
 
 @dataclass
 class BpeConfig:
-    """The subword vocabulary: a joint byte-level BPE learnt on the training data."""
+    """The subword vocabulary: a joint byte-level BPE learnt on the training data, or one taken from elsewhere."""
 
     vocab_size: int = setting(37000, "Tokens in the vocabulary, specials included (the paper: 37k En-De, 32k En-Fr).")
     joint: bool = setting(
@@ -190,6 +245,10 @@ class BpeConfig:
     max_lines: int = setting(
         10_000_000, "Training lines per language, evenly spaced, that the merges are learnt on (for huge corpora).")
     min_frequency: int = setting(2, "Fewest occurrences of a pair of symbols for it to become a merge.")
+    from_: str | None = setting(
+        None, "Take the vocabulary from here instead of learning one: a tokenizer.json, a prepared run's data/ "
+        "folder or an mtx checkpoint (to fine-tune it, or to share its vocabulary). The keys above are then "
+        "ignored, and every tag of data.sources must be a special token of that tokenizer.", key="from")
 
     def validate(self, key: str) -> None:
         _check(self.vocab_size >= 300, f"{key}.vocab_size", self.vocab_size, "must be at least 300")
@@ -204,15 +263,65 @@ class BpeConfig:
 
 @dataclass
 class DataConfig:
-    """The corpus and how `mtx prepare` turns it into token splits."""
+    """The corpora and how `mtx prepare` turns them into token splits."""
 
-    source: SourceConfig = setting(help="Where the sentence pairs come from (hf, files, tsv or demo).")
+    source: SourceConfig | None = setting(
+        None, "Where the sentence pairs come from (hf, files, tsv or demo): one corpus; or data.sources.")
+    sources: list[CorpusConfig] | None = setting(
+        None, "Several corpora, each a source as data.source takes it with an optional name, tag and weight; "
+        "their training pairs are concatenated, their valid and test sets too.")
     src_lang: str = setting("en", "The source language's code; it names files (data/test.en).")
     tgt_lang: str = setting("de", "The target language's code.")
     filter: FilterConfig = setting(help="How training pairs are cleaned.", factory=FilterConfig)
     bpe: BpeConfig = setting(help="The subword vocabulary.", factory=BpeConfig)
 
+    @property
+    def corpora(self) -> list[CorpusConfig]:
+        """The corpora in recipe order, every one named: `data.source` is one corpus, untagged, of weight 1. A
+        derived name taken by an earlier corpus or by an explicit name gets a suffix: demo, demo-2, demo-3."""
+        if self.sources is None:
+            kinds = {f.name: getattr(self.source, f.name) for f in dataclasses.fields(SourceConfig)}
+            listed = [CorpusConfig(**kinds)]
+        else:
+            listed = self.sources
+        taken = {corpus.name for corpus in listed if corpus.name is not None}
+        named = []
+        for corpus in listed:
+            name = corpus.name
+            if name is None:
+                base = name = corpus.derived_name()
+                suffix = 1
+                while name in taken:
+                    suffix += 1
+                    name = f"{base}-{suffix}"
+                taken.add(name)
+            named.append(dataclasses.replace(corpus, name=name))
+        return named
+
+    def corpus_key(self, index: int) -> str:
+        """The dotted key of the corpus `index` of `corpora`, for messages: data.source or data.sources[i]."""
+        return "data.source" if self.sources is None else f"data.sources[{index}]"
+
+    @property
+    def tags(self) -> list[str]:
+        """The corpora's distinct tags, in recipe order: the vocabulary's special tokens after the fixed four."""
+        return list(dict.fromkeys(corpus.tag for corpus in self.corpora if corpus.tag is not None))
+
     def validate(self, key: str) -> None:
+        if self.source is None and self.sources is None:
+            raise ConfigError(f"{key}.source is missing: set {key}.source (one corpus) or {key}.sources (a list of "
+                              "corpora).")
+        if self.source is not None and self.sources is not None:
+            raise ConfigError(f"{key}.source and {key}.sources are both set: keep {key}.source for one corpus, or "
+                              f"move it into the list {key}.sources.")
+        if self.sources is not None:
+            _check(len(self.sources) >= 1, f"{key}.sources", self.sources, "must list at least one corpus")
+            seen = set()
+            for i, corpus in enumerate(self.sources):
+                _check(corpus.name not in seen, f"{key}.sources[{i}].name", corpus.name,
+                       "names an earlier corpus too: each corpus needs its own name")
+                if corpus.name is not None:
+                    seen.add(corpus.name)
         for name in ("src_lang", "tgt_lang"):  # they name files: data/test.en, data/test.de
             value = getattr(self, name)
             _check(bool(re.fullmatch(r"[A-Za-z][\w\-]*", value)), f"{key}.{name}", value,
@@ -265,6 +374,17 @@ class TrainConfig:
         False, "Also write TensorBoard event files to runs/<name>/tensorboard/ (needs mtx[tensorboard]).")
     dist_timeout: str = setting(
         "30m", "How long ranks wait for one another (for rank 0's checkpoint write, say) before giving up.")
+    init_from: str | None = setting(
+        None, "Fine-tune: start a new run from this checkpoint's weights (its EMA weights if it has them). The "
+        "model section must match it, or is taken from it when the recipe has none; the data must be encoded "
+        "with its tokenizer (data.bpe.from). A run that has checkpoints of its own resumes from them instead.")
+    init_from_state: bool = setting(
+        False, "With init_from: also continue its optimizer, schedule, step and data position (it must be a "
+        "step checkpoint that holds training state); false starts them fresh.")
+    ema_decay: float | None = setting(
+        None, "Keep an exponential moving average of the weights with this decay (e.g. 0.9999), which "
+        "validation, best.pt, mtx average, translate and export then use; null: none. The decay of update t "
+        "is min(ema_decay, (1 + t) / (10 + t)), so that early weights fade in short runs.")
 
     def validate(self, key: str) -> None:
         for name in ("max_tokens", "update_freq", "max_steps", "save_every", "validate_every", "log_every",
@@ -290,6 +410,10 @@ class TrainConfig:
             parse_duration(self.max_time, f"{key}.max_time")
         _check(parse_duration(self.dist_timeout, f"{key}.dist_timeout") > 0, f"{key}.dist_timeout",
                self.dist_timeout, "must be a positive duration")
+        _check(self.ema_decay is None or 0 < self.ema_decay < 1, f"{key}.ema_decay", self.ema_decay,
+               "must be in (0, 1), e.g. 0.9999 (or null: no moving average)")
+        _check(self.init_from is not None or not self.init_from_state, f"{key}.init_from_state",
+               self.init_from_state, "applies only with train.init_from")
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -373,7 +497,7 @@ class Recipe:
     data: DataConfig = setting(help="The corpus and how it is prepared.")
     seed: int = setting(1, "The seed of initialisation, batch order and dropout: the same seed, the same run.")
     run_dir: str | None = setting(None, "The run directory, relative to the working directory [default: runs/<name>].")
-    model: ModelConfig = setting(help="The Transformer's shape.", factory=ModelConfig)
+    model: ModelConfig = setting(help="The Transformer's shape.", factory=lambda: resolve_model(ModelConfig()))
     train: TrainConfig = setting(help="How the model is trained.", factory=TrainConfig)
     decode: DecodeConfig = setting(
         help="How validation and `mtx translate` search (the flags of mtx translate override it).",
@@ -388,7 +512,19 @@ class Recipe:
                "may hold only letters, digits, '.', '_' and '-' (it names the run directory)")
 
     def to_dict(self) -> dict[str, Any]:
-        return strip_nones(dataclasses.asdict(self))
+        return strip_nones(as_mapping(self))
+
+
+def as_mapping(value: Any) -> Any:
+    """A recipe or a section of one as the YAML mapping a recipe writes: `dataclasses.asdict`, but every field
+    under its recipe key (`recipe_key`: `from`, not `from_`), so that a dumped recipe loads back."""
+    if dataclasses.is_dataclass(value):
+        return {recipe_key(f): as_mapping(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: as_mapping(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_mapping(v) for v in value]
+    return value
 
 
 def strip_nones(value: Any) -> Any:
@@ -396,4 +532,6 @@ def strip_nones(value: Any) -> Any:
     not change when a key is added with an unset default."""
     if isinstance(value, dict):
         return {k: strip_nones(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [strip_nones(v) for v in value]
     return value

@@ -22,7 +22,7 @@ def prepare(
 
     Example: mtx prepare recipes/demo.yaml --workers 4
     """
-    from mtx.config.loading import load_recipe
     from mtx.data.prepare import prepare as prepare_data
+    from mtx.train.fine_tuning import load_run_recipe
 
-    prepare_data(load_recipe(recipe, set_), workers=workers)
+    prepare_data(load_run_recipe(recipe, set_), workers=workers)

@@ -1,4 +1,4 @@
-"""Where parallel text comes from: each recipe source becomes, per split, a stream of raw sentence pairs.
+"""Where parallel text comes from: each corpus of a recipe becomes, per split, a stream of raw sentence pairs.
 
 A stream yields chunks (lists) of pairs so that cleaning and encoding can be shipped to worker processes a
 chunk at a time, and so memory holds a few chunks, never a corpus. Plain-text sources yield undecoded
@@ -6,7 +6,8 @@ bytes: deciding what to do with a line that is not UTF-8 is the cleaner's job (c
 data, replace in valid/test), and decoding in the workers keeps the reading process light.
 
 Problems a user can fix — a missing file, files whose line counts differ, an unknown dataset — are found
-here, before any long work starts, and reported as MtxError.
+here, for every corpus before any long work starts, and reported as MtxError naming the corpus' recipe key
+(data.source, or data.sources[i] of a recipe with several corpora).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from mtx.config.recipe import DataConfig, FilesSource, HfSource, TsvSource
+from mtx.config.recipe import DataConfig, FilesSource, HfSource, SourceConfig, TsvSource
 from mtx.errors import MtxError
 
 SPLITS = ("train", "valid", "test")
@@ -38,28 +39,36 @@ class SplitStream:
     alignments: list[str] | None = None  # a gold word alignment per pair (Pharaoh), where the source has one
 
 
-def open_source(data: DataConfig) -> dict[str, SplitStream]:
-    """The recipe's splits that exist (train always; valid and test when the source has them)."""
-    source = data.source
+def open_corpora(data: DataConfig) -> list[dict[str, SplitStream]]:
+    """Each corpus' splits that exist, in recipe order: every corpus opened before any is read."""
+    return [open_source(corpus, data.corpus_key(i), data.src_lang, data.tgt_lang)
+            for i, corpus in enumerate(data.corpora)]
+
+
+def open_source(source: SourceConfig, key: str, src_lang: str, tgt_lang: str) -> dict[str, SplitStream]:
+    """The splits of the source at recipe key `key` that exist (train always; valid and test when it has them)."""
     if source.files is not None:
-        return _files_source(source.files)
+        return _files_source(source.files, key)
     if source.tsv is not None:
-        return _tsv_source(source.tsv)
+        return _tsv_source(source.tsv, key)
     if source.hf is not None:
-        return _hf_source(source.hf, data.src_lang, data.tgt_lang)
+        return _hf_source(source.hf, key, src_lang, tgt_lang)
     from mtx.data.demo import demo_splits
 
     return {  # the grammar's gold alignments of the held-out splits, to measure a model's alignments against
         split: SplitStream(split, f"mtx demo corpus ({split})", len(pairs),
                            _chunked_list([(pair.en, pair.de) for pair in pairs]),
                            None if split == "train" else [pair.alignment for pair in pairs])
-        for split, pairs in demo_splits(source.demo).items()
+        for split, pairs in demo_splits(source.demo, f"{key}.demo").items()
     }
 
 
 def input_files(data: DataConfig) -> list[Path]:
-    """The local files a source reads: their sizes and times tell whether prepared data is stale."""
-    source = data.source
+    """The local files the corpora read: their sizes and times tell whether prepared data is stale."""
+    return [file for corpus in data.corpora for file in _source_files(corpus)]
+
+
+def _source_files(source: SourceConfig) -> list[Path]:
     if source.files is not None:
         return [Path(p) for split in SPLITS for p in (getattr(source.files, split) or [])]
     if source.tsv is not None:
@@ -99,13 +108,13 @@ def _lines(path: Path) -> Iterator[bytes]:
             yield line.rstrip(b"\n")
 
 
-def _files_source(files: FilesSource) -> dict[str, SplitStream]:
+def _files_source(files: FilesSource, source_key: str) -> dict[str, SplitStream]:
     streams = {}
     for split in SPLITS:
         pair = getattr(files, split)
         if pair is None:
             continue
-        key = f"data.source.files.{split}"
+        key = f"{source_key}.files.{split}"
         src, tgt = (_existing(p, key) for p in pair)
         src_count, tgt_count = count_lines(src), count_lines(tgt)
         if src_count != tgt_count:
@@ -121,12 +130,12 @@ def _files_source(files: FilesSource) -> dict[str, SplitStream]:
     return streams
 
 
-def _tsv_source(tsv: TsvSource) -> dict[str, SplitStream]:
+def _tsv_source(tsv: TsvSource, source_key: str) -> dict[str, SplitStream]:
     streams = {}
     for split in SPLITS:
         if getattr(tsv, split) is None:
             continue
-        path = _existing(getattr(tsv, split), f"data.source.tsv.{split}")
+        path = _existing(getattr(tsv, split), f"{source_key}.tsv.{split}")
 
         def chunks(path: Path = path, split: str = split) -> Iterator[list[RawPair]]:
             return _chunks(_tsv_pairs(path, strict=split != "train"))
@@ -154,7 +163,7 @@ def _tsv_pairs(path: Path, strict: bool) -> Iterator[RawPair]:
 # ------------------------------------------------------------------------------------- Hugging Face
 
 
-def _hf_source(hf: HfSource, src_lang: str, tgt_lang: str) -> dict[str, SplitStream]:
+def _hf_source(hf: HfSource, key: str, src_lang: str, tgt_lang: str) -> dict[str, SplitStream]:
     import datasets
 
     datasets.disable_progress_bars()
@@ -168,13 +177,13 @@ def _hf_source(hf: HfSource, src_lang: str, tgt_lang: str) -> dict[str, SplitStr
             loaded = datasets.load_dataset(hf.path, hf.name, revision=hf.revision, streaming=True)
     except (ConnectionError, FileNotFoundError, ValueError, OSError) as e:
         raise MtxError(
-            f"data.source.hf: could not load the dataset {where}: {e}. Give a hub id such as wmt/wmt14 "
+            f"{key}.hf: could not load the dataset {where}: {e}. Give a hub id such as wmt/wmt14 "
             "(with network access or a filled datasets cache) or a local folder (save_to_disk output or "
             "parquet files), and a config name the dataset has (e.g. de-en)."
         ) from None
     if hf.splits.get("train") not in loaded:
         raise MtxError(
-            f"data.source.hf.splits.train = {hf.splits.get('train')!r}: the dataset {where} has no such "
+            f"{key}.hf.splits.train = {hf.splits.get('train')!r}: the dataset {where} has no such "
             f"split (it has: {', '.join(loaded)}). Map mtx's train split to one of them."
         )
     streams = {}
@@ -183,7 +192,7 @@ def _hf_source(hf: HfSource, src_lang: str, tgt_lang: str) -> dict[str, SplitStr
         if name is None or name not in loaded:
             continue
         dataset = loaded[name]
-        columns = _columns(dataset, where, src_lang, tgt_lang)
+        columns = _columns(dataset, key, where, src_lang, tgt_lang)
         total = len(dataset) if isinstance(dataset, datasets.Dataset) else _declared_rows(dataset, name)
 
         def chunks(dataset: Any = dataset, columns: tuple[str, ...] = columns) -> Iterator[list[RawPair]]:
@@ -197,7 +206,7 @@ def _is_saved_to_disk(path: Path) -> bool:
     return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
 
 
-def _columns(dataset: Any, where: str, src_lang: str, tgt_lang: str) -> tuple[str, ...]:
+def _columns(dataset: Any, key: str, where: str, src_lang: str, tgt_lang: str) -> tuple[str, ...]:
     """WMT's layout, a `translation` column of {lang: text}, or one column per language."""
     features = dataset.features or {}
     if "translation" in features:
@@ -212,7 +221,7 @@ def _columns(dataset: Any, where: str, src_lang: str, tgt_lang: str) -> tuple[st
     if src_lang in features and tgt_lang in features:
         return (src_lang, tgt_lang)
     raise MtxError(
-        f"data.source.hf: the dataset {where} has neither a translation column nor columns named "
+        f"{key}.hf: the dataset {where} has neither a translation column nor columns named "
         f"{src_lang!r} and {tgt_lang!r} (it has: {', '.join(features) or 'no declared columns'})."
     )
 

@@ -6,7 +6,8 @@ The pipeline streams, so memory stays flat from the 10k-pair demo to WMT14 En-Fr
              the survivors to a work file, with an 8-byte hash per pair; valid/test are only normalized
              and land in `{split}.{lang}` as the references BLEU is computed against.
 2. dedup   — the first occurrence of every hash is kept (one sorted array of hashes, 8 bytes a pair).
-3. learn   — a joint byte-level BPE on an evenly spaced sample of the kept training text (mtx.tokenizer).
+3. learn   — a joint byte-level BPE on an evenly spaced sample of the kept training text (mtx.data.vocabulary),
+             unless `data.bpe.from` names a vocabulary to encode with.
 4. encode  — the fast batch encoder in worker processes; each split side becomes a flat token array
              (`{split}.{side}.tokens`, uint16 when the vocabulary fits) and int64 offsets
              (`{split}.{side}.offsets`, one more than pairs), both read back with np.memmap. Training pairs
@@ -14,18 +15,27 @@ The pipeline streams, so memory stays flat from the 10k-pair demo to WMT14 En-Fr
              here (fairseq's size filter), since the trainer cannot hold them; only here are the BPE lengths
              known, so the BPE learnt in step 3 may still have seen those pairs. Valid/test are never filtered.
 
+A recipe with several corpora (`data.sources`) has each cleaned and filtered on its own, into its own work files,
+and counted on its own in the manifest; dedup runs across them (the first occurrence, in corpus order, wins, and
+a duplicate counts against the corpus it is found in). Each split holds the corpora that have it one after the
+other, so a corpus is a contiguous range of the train split, which the manifest's per-corpus counts give: the
+trainer repeats a range for a corpus' weight (mtx.train.run_data). A tagged corpus' sources begin with its tag
+token: in valid/test's text, as `tag + " "` before each source line (what BLEU and `mtx translate` read); in the
+training pairs, added when they are encoded, so that dedup and the BPE see the untagged text.
+
 A source with gold word alignments (the demo corpus) also gets `{split}.align` beside valid/test's text: one
-Pharaoh line per pair, line by line with `{split}.{lang}`, as nothing drops valid/test pairs.
+Pharaoh line per pair, line by line with `{split}.{lang}`, as nothing drops valid/test pairs; with several
+corpora, only if each corpus of that split has them.
 
 Everything is written under `data.partial/` and renamed to `data/` at the very end, so an interrupted run
-leaves nothing a later run would trust. `manifest.json` fingerprints the recipe's data section, the model's
-`max_positions` and the input files, and re-running with all unchanged is a no-op, unless the reader's check
-of the files (mtx.data.prepared.check_split_files) finds them damaged: then they are prepared again.
+leaves nothing a later run would trust. `manifest.json` fingerprints the recipe's data section (without the
+corpora's weights), the model's `max_positions` and the input files (data.bpe.from's too), and re-running with
+all unchanged is a no-op, unless the reader's check of the files (mtx.data.prepared.check_split_files) finds
+them damaged: then they are prepared again.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -35,9 +45,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import ExitStack, contextmanager
+from itertools import islice
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 from rich.console import Console
@@ -45,13 +56,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from mtx import __version__
-from mtx.config.recipe import BpeConfig, DataConfig, FilterConfig, Recipe, resolve_model, strip_nones
-from mtx.data.corpora import CHUNK_PAIRS, RawPair, SplitStream, input_files, open_source
+from mtx.config.recipe import CorpusConfig, DataConfig, FilterConfig, Recipe, as_mapping, resolve_model, strip_nones
+from mtx.data.corpora import CHUNK_PAIRS, SPLITS, RawPair, SplitStream, input_files, open_corpora
 from mtx.data.prepared import FORMAT, SIDES, check_split_files, load_manifest
+from mtx.data.vocabulary import borrowed_tokenizer, learn_tokenizer, vocabulary_file
 from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer, normalize_text
 
 FILTERS = ("invalid_utf8", "malformed", "empty", "length", "ratio", "duplicate", "max_positions")  # in order
+
+# Pairs as the encoder reads them: cleaned text files, which of their pairs to keep (None: all), a tag to put before
+# each source (None: none, or the text has it): a corpus' training pairs, or a valid or test split.
+TextPart = tuple[tuple[Path, Path], np.ndarray | None, str | None]
 
 
 def prepare(recipe: Recipe, workers: int | None = None, console: Console | None = None) -> dict[str, Any]:
@@ -64,19 +80,20 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     workers = workers or _available_cores()
     data, max_positions = recipe.data, resolve_model(recipe.model).max_positions
     data_dir, partial = recipe.run_path / "data", recipe.run_path / "data.partial"
+    borrowed = borrowed_tokenizer(data)  # data.bpe.from read, and the tags checked against it, before any work
     fingerprint = _fingerprint(data, max_positions)
     if _up_to_date(data_dir, fingerprint):
         console.print(f"{data_dir} is up to date (same data recipe and input files): nothing to do.")
         return load_manifest(data_dir)
 
-    with console.status("opening the source (checking files, counting lines, drawing the demo corpus)"):
-        streams = open_source(data)  # checks files, alignment and dataset names before any long work
+    with console.status("opening the corpora (checking files, counting lines, drawing the demo corpus)"):
+        corpora = open_corpora(data)  # checks files, alignment and dataset names before any long work
     started = time.monotonic()
     shutil.rmtree(partial, ignore_errors=True)
     (partial / "work").mkdir(parents=True)
     try:
         with _progress(console) as progress:
-            manifest = _build_data_folder(data, max_positions, streams, partial, workers, progress)
+            manifest = _build_data_folder(data, max_positions, corpora, borrowed, partial, workers, progress)
         manifest.update(fingerprint, seconds=round(time.monotonic() - started, 1))
         shutil.rmtree(partial / "work")
         _write_json(partial / "manifest.json", manifest)
@@ -87,125 +104,183 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     return manifest
 
 
-def _build_data_folder(data: DataConfig, max_positions: int, streams: dict[str, SplitStream], out: Path,
-                       workers: int, progress: Progress) -> dict[str, Any]:
+def _build_data_folder(data: DataConfig, max_positions: int, corpora: list[dict[str, SplitStream]],
+                       borrowed: Tokenizer | None, out: Path, workers: int, progress: Progress) -> dict[str, Any]:
     """Write every split's text and token files and the tokenizer into `out`; the manifest describing them."""
-    texts = {split: _text_files(data, split, out) for split in streams}
+    named = data.corpora
+    eval_splits = [split for split in SPLITS[1:] if any(split in streams for streams in corpora)]
+    texts = {split: (out / f"{split}.{data.src_lang}", out / f"{split}.{data.tgt_lang}") for split in eval_splits}
     with _pool(workers) as pool:
-        counts, keep = _clean_train(streams["train"], data.filter, texts["train"], pool, workers, progress)
-        eval_counts = {split: _clean_split(stream, None, texts[split], pool, workers, progress)[0]
-                       for split, stream in streams.items() if split != "train"}
-    for split, cleaned in eval_counts.items():
-        _write_gold_alignments(streams[split], cleaned, out)
+        counts, keeps = _clean_train([streams["train"] for streams in corpora], data.filter, out, pool, workers,
+                                     progress)
+        read = {split: _clean_eval(split, corpora, named, texts[split], pool, workers, progress)
+                for split in eval_splits}
+    for split in eval_splits:
+        _write_gold_alignments(split, [streams.get(split) for streams in corpora], read[split], out)
 
-    sample = min(int(keep.sum()), data.bpe.max_lines)
-    tokenizer = _learn_bpe(data.bpe, _bpe_lines(texts["train"], keep, sample), out, progress)
+    parts: list[TextPart] = [(_work_files(out, i), keep, corpus.tag)
+                              for i, (keep, corpus) in enumerate(zip(keeps, named, strict=True))]
+    kept = sum(int(keep.sum()) for keep in keeps)
+    sample = min(kept, data.bpe.max_lines)
+    kept_pairs = (pair for texts, keep, _ in parts for pair in _kept_pairs(texts, keep))
+    tokenizer = borrowed or learn_tokenizer(data, kept_pairs, kept, sample, progress)
+    tokenizer.save(out / "tokenizer.json")
 
     dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
     with _pool(workers, (_init_encoder, (tokenizer.to_str(),))) as pool:
-        train, counts["max_positions"] = _encode_split("train", texts["train"], keep, int(keep.sum()), max_positions,
-                                                       dtype, out, pool, workers, progress)
+        train, too_long = _encode_split("train", parts, kept, max_positions, dtype, out, pool, workers, progress)
+        for corpus_counts, dropped in zip(counts, too_long, strict=True):
+            corpus_counts["max_positions"] = dropped
         if train["pairs"] == 0:
             raise MtxError(
-                f"No training pairs are left after filtering {streams['train'].origin}: "
-                f"{_describe_drops(counts)}. Every pair the other filters kept has a side longer than "
-                f"model.max_positions = {max_positions} BPE tokens (EOS included): raise "
+                f"No training pairs are left after filtering {_origins(corpora, 'train')}: "
+                f"{_describe_drops(sum(counts, Counter()))}. Every pair the other filters kept has a side longer "
+                f"than model.max_positions = {max_positions} BPE tokens (EOS included): raise "
                 "model.max_positions, or check the files."
             )
         splits = {"train": train}
-        for split, cleaned in eval_counts.items():
-            splits[split], _ = _encode_split(split, texts[split], None, cleaned["read"], None, dtype, out, pool,
+        for split in eval_splits:
+            pairs = sum(c["read"] for c in read[split] if c is not None)
+            splits[split], _ = _encode_split(split, [(texts[split], None, None)], pairs, None, dtype, out, pool,
                                              workers, progress)
-            splits[split]["invalid_utf8_replaced"] = cleaned["invalid_utf8"]
-    return _manifest(data, streams, tokenizer, dtype, sample, counts, max_positions, splits)
+            splits[split]["invalid_utf8_replaced"] = sum(c["invalid_utf8"] for c in read[split] if c is not None)
+    return _manifest(data, corpora, tokenizer, dtype, sample, counts, read, max_positions, splits)
 
 
-def _text_files(data: DataConfig, split: str, out: Path) -> tuple[Path, Path]:
-    """Where a split's cleaned text goes: valid/test's stays, as BLEU's references; train's is only work."""
-    if split == "train":
-        return out / "work" / "train.src", out / "work" / "train.tgt"
-    return out / f"{split}.{data.src_lang}", out / f"{split}.{data.tgt_lang}"
+def _work_files(out: Path, corpus: int) -> tuple[Path, Path]:
+    """Where a corpus' cleaned training text goes: work, which the encoder and the BPE read, then deleted."""
+    return out / "work" / f"train.{corpus}.src", out / "work" / f"train.{corpus}.tgt"
 
 
-def _write_gold_alignments(stream: SplitStream, cleaned: Counter, out: Path) -> None:
-    """`{split}.align`, the source's gold alignment of each pair, where it has them (the demo corpus)."""
-    if stream.alignments is None:
+def _write_gold_alignments(split: str, streams: list[SplitStream | None], read: list[Counter | None], out: Path
+                           ) -> None:
+    """`{split}.align`, the gold alignment of each pair, where every corpus of the split has them (the demo's)."""
+    present = [(stream, counts) for stream, counts in zip(streams, read, strict=True) if stream is not None]
+    if any(stream.alignments is None for stream, _ in present):
         return
-    assert cleaned["read"] == len(stream.alignments) and not cleaned["malformed"], "alignments out of step"
-    _write_lines_to(out / f"{stream.split}.align", stream.alignments)
+    assert all(c["read"] == len(s.alignments) and not c["malformed"] for s, c in present), "alignments out of step"
+    _write_lines_to(out / f"{split}.align", [line for stream, _ in present for line in stream.alignments])
 
 
-def _learn_bpe(bpe: BpeConfig, lines: Iterator[str], out: Path, progress: Progress) -> Tokenizer:
-    task = progress.add_task(f"learning BPE ({bpe.vocab_size:,} tokens)", total=None)
-    tokenizer = Tokenizer.train(lines, bpe.vocab_size, bpe.min_frequency)
-    tokenizer.save(out / "tokenizer.json")
-    progress.update(task, total=1, completed=1)
-    return tokenizer
-
-
-def _manifest(data: DataConfig, streams: dict[str, SplitStream], tokenizer: Tokenizer, dtype: str, sample: int,
-              counts: Counter, max_positions: int, splits: dict[str, dict[str, int]]) -> dict[str, Any]:
-    """What was prepared from what, and what each filter dropped (the fingerprint is added by `prepare`)."""
-    remaining, after = {}, counts["read"]
-    for name in FILTERS:
-        after -= counts[name]
-        remaining[name] = after
+def _manifest(data: DataConfig, corpora: list[dict[str, SplitStream]], tokenizer: Tokenizer, dtype: str,
+              sample: int, counts: list[Counter], read: dict[str, list[Counter | None]], max_positions: int,
+              splits: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """What was prepared from what, and what each filter dropped, in all and per corpus (the fingerprint is
+    added by `prepare`). The corpora are listed in the order their pairs follow one another in every split."""
+    named = data.corpora
+    kinds = {corpus.kind for corpus in named}
+    bpe = ({"from": data.bpe.from_} if data.bpe.from_ is not None else
+           {"vocab_size_requested": data.bpe.vocab_size, "min_frequency": data.bpe.min_frequency,
+            "sampled_pairs": sample})
     return {
         "mtx_version": __version__,
         "format": FORMAT,
-        "source": {"kind": data.source.kind, **{s: streams[s].origin for s in streams}},
+        "source": {"kind": kinds.pop() if len(kinds) == 1 else "mixed", **{s: _origins(corpora, s) for s in splits}},
+        "corpora": [_corpus_entry(corpus, streams, corpus_counts, {s: read[s][i] for s in read})
+                    for i, (corpus, streams, corpus_counts) in enumerate(zip(named, corpora, counts, strict=True))],
         "src_lang": data.src_lang,
         "tgt_lang": data.tgt_lang,
         "vocab_size": tokenizer.vocab_size,
         "token_dtype": dtype,
         "tokenizer_sha256": tokenizer.sha256,
-        "bpe": {"vocab_size_requested": data.bpe.vocab_size, "min_frequency": data.bpe.min_frequency,
-                "sampled_pairs": sample},
-        "filter": {"read": counts["read"], "dropped": {n: counts[n] for n in FILTERS},
-                   "remaining": remaining, "kept": splits["train"]["pairs"], "max_positions": max_positions},
+        "bpe": bpe,
+        "filter": {**_filter_counts(sum(counts, Counter())), "max_positions": max_positions},
         "splits": splits,
     }
+
+
+def _corpus_entry(corpus: CorpusConfig, streams: dict[str, SplitStream], counts: Counter,
+                  read: dict[str, Counter | None]) -> dict[str, Any]:
+    """A corpus in the manifest: its origin and pairs per split it has (train's are those kept), its filter
+    counts, and its tag and weight as prepared (`mtx train` takes the weight from the recipe)."""
+    filtered = _filter_counts(counts)
+    pairs = {"train": filtered["kept"], **{split: c["read"] for split, c in read.items() if c is not None}}
+    return {"name": corpus.name, "kind": corpus.kind, "tag": corpus.tag, "weight": corpus.weight,
+            "splits": {split: {"origin": streams[split].origin, "pairs": pairs[split]} for split in streams},
+            "filter": filtered}
+
+
+def _filter_counts(counts: Counter) -> dict[str, Any]:
+    """Training pairs read, dropped by each filter, remaining after each, kept."""
+    remaining, after = {}, counts["read"]
+    for name in FILTERS:
+        after -= counts[name]
+        remaining[name] = after
+    return {"read": counts["read"], "dropped": {n: counts[n] for n in FILTERS}, "remaining": remaining,
+            "kept": after}
+
+
+def _origins(corpora: list[dict[str, SplitStream]], split: str) -> str:
+    return "; ".join(streams[split].origin for streams in corpora if split in streams)
 
 
 # ------------------------------------------------------------------------------------------------ clean
 
 
-def _clean_train(stream: SplitStream, filt: FilterConfig, texts: tuple[Path, Path], pool: Executor | None,
-                 workers: int, progress: Progress) -> tuple[Counter, np.ndarray]:
-    """Clean the training split, then dedup it: (counts by filter, a mask of the pairs kept)."""
-    counts, hashes = _clean_split(stream, filt, texts, pool, workers, progress)
-    keep = _first_occurrences(hashes)
-    counts["duplicate"] = len(keep) - int(keep.sum()) if filt.dedup else 0
-    if not filt.dedup:
-        keep[:] = True
-    if int(keep.sum()) == 0:
+def _clean_train(streams: list[SplitStream], filt: FilterConfig, out: Path, pool: Executor | None, workers: int,
+                 progress: Progress) -> tuple[list[Counter], list[np.ndarray]]:
+    """Clean each corpus' training split into its work files, then dedup them together: (counts by filter, a
+    mask of the pairs kept), per corpus. A duplicate of a pair of an earlier corpus counts against the later."""
+    counts, hashes = [], []
+    for i, stream in enumerate(streams):
+        with _writing(_work_files(out, i)) as writers:
+            corpus_counts, corpus_hashes = _clean_split(stream, filt, writers, None, pool, workers, progress)
+        counts.append(corpus_counts)
+        hashes.append(corpus_hashes)
+    keep = _first_occurrences(np.concatenate(hashes)) if filt.dedup else np.ones(sum(map(len, hashes)), dtype=bool)
+    keeps = np.split(keep, np.cumsum([len(h) for h in hashes])[:-1])
+    for corpus_counts, corpus_keep in zip(counts, keeps, strict=True):
+        corpus_counts["duplicate"] = len(corpus_keep) - int(corpus_keep.sum())
+    if not keep.any():
         raise MtxError(
-            f"No training pairs are left after filtering {stream.origin}: "
-            f"{_describe_drops(counts)}. Check the files and data.filter (min_len, max_len, max_ratio)."
+            f"No training pairs are left after filtering {'; '.join(stream.origin for stream in streams)}: "
+            f"{_describe_drops(sum(counts, Counter()))}. Check the files and data.filter (min_len, max_len, "
+            "max_ratio)."
         )
-    return counts, keep
+    return counts, keeps
 
 
-def _clean_split(stream: SplitStream, filt: FilterConfig | None, texts: tuple[Path, Path], pool: Executor | None,
-                 workers: int, progress: Progress) -> tuple[Counter, np.ndarray]:
+def _clean_eval(split: str, corpora: list[dict[str, SplitStream]], named: list[CorpusConfig],
+                texts: tuple[Path, Path], pool: Executor | None, workers: int, progress: Progress
+                ) -> list[Counter | None]:
+    """Normalize a valid or test split, corpus after corpus, into the text files BLEU and `mtx translate` read,
+    a tagged corpus' source lines beginning with its tag; the counts per corpus (None: it has no such split)."""
+    read: list[Counter | None] = []
+    with _writing(texts) as writers:
+        for streams, corpus in zip(corpora, named, strict=True):
+            stream = streams.get(split)
+            read.append(None if stream is None else
+                        _clean_split(stream, None, writers, corpus.tag, pool, workers, progress)[0])
+    return read
+
+
+@contextmanager
+def _writing(texts: tuple[Path, Path]) -> Iterator[tuple[TextIO, TextIO]]:
+    with open(texts[0], "w", encoding="utf-8", newline="\n") as src, \
+            open(texts[1], "w", encoding="utf-8", newline="\n") as tgt:
+        yield src, tgt
+
+
+def _clean_split(stream: SplitStream, filt: FilterConfig | None, writers: tuple[TextIO, TextIO], tag: str | None,
+                 pool: Executor | None, workers: int, progress: Progress) -> tuple[Counter, np.ndarray]:
     """Normalize a split into its two text files, in chunks on the workers; (counts, one hash per kept pair).
 
     With a filter (training data) rejected pairs are dropped and counted by reason; without one (valid/test)
-    every pair is kept and `counts["invalid_utf8"]` counts those repaired with U+FFFD.
+    every pair is kept and `counts["invalid_utf8"]` counts those repaired with U+FFFD. With a tag, each source
+    line begins with it and a space.
     """
     counts: Counter = Counter({name: 0 for name in FILTERS})
     hashes = []
     verb = "cleaning" if filt is not None else "reading"
     task = progress.add_task(f"{verb} {stream.split} ({stream.origin})", total=stream.total)
-    with open(texts[0], "w", encoding="utf-8", newline="\n") as src_out, \
-            open(texts[1], "w", encoding="utf-8", newline="\n") as tgt_out:
-        jobs = ((chunk, filt) for chunk in stream.chunks())
-        for srcs, tgts, chunk_hashes, chunk_counts in _ordered_map(_clean_chunk, jobs, pool, workers):
-            _write_lines(src_out, srcs)
-            _write_lines(tgt_out, tgts)
-            hashes.append(chunk_hashes)
-            counts.update(chunk_counts)
-            progress.advance(task, chunk_counts["read"])
+    prefix = "" if tag is None else tag + " "
+    jobs = ((chunk, filt) for chunk in stream.chunks())
+    for srcs, tgts, chunk_hashes, chunk_counts in _ordered_map(_clean_chunk, jobs, pool, workers):
+        _write_lines(writers[0], [prefix + src for src in srcs] if prefix else srcs)
+        _write_lines(writers[1], tgts)
+        hashes.append(chunk_hashes)
+        counts.update(chunk_counts)
+        progress.advance(task, chunk_counts["read"])
     return counts, np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
 
 
@@ -271,19 +346,6 @@ def _describe_drops(counts: Counter) -> str:
 # ---------------------------------------------------------------------------------------------- encode
 
 
-def _bpe_lines(texts: tuple[Path, Path], keep: np.ndarray, sample: int) -> Iterator[str]:
-    """Source and target lines of `sample` kept pairs, evenly spaced through the corpus."""
-    total = int(keep.sum())
-    rank = 0
-    for (src, tgt), kept in zip(_read_pairs(texts), keep, strict=True):
-        if not kept:
-            continue
-        if (rank * sample) // total != ((rank + 1) * sample) // total:
-            yield src
-            yield tgt
-        rank += 1
-
-
 def _read_pairs(texts: tuple[Path, Path]) -> Iterator[tuple[str, str]]:
     with open(texts[0], encoding="utf-8", newline="\n") as src, \
             open(texts[1], encoding="utf-8", newline="\n") as tgt:
@@ -291,15 +353,22 @@ def _read_pairs(texts: tuple[Path, Path]) -> Iterator[tuple[str, str]]:
             yield s.rstrip("\n"), t.rstrip("\n")
 
 
-def _encode_split(split: str, texts: tuple[Path, Path], keep: np.ndarray | None, pairs: int,
-                  max_positions: int | None, dtype: str, out: Path, pool: Executor | None, workers: int,
-                  progress: Progress) -> tuple[dict[str, int], int]:
-    """Encode a split's kept pairs into its token and offset files; (its counts, pairs dropped as too long).
+def _kept_pairs(texts: tuple[Path, Path], keep: np.ndarray | None) -> Iterator[tuple[str, str]]:
+    """The pairs of the text files that `keep` marks (None: all)."""
+    for i, pair in enumerate(_read_pairs(texts)):
+        if keep is None or keep[i]:
+            yield pair
+
+
+def _encode_split(split: str, parts: list[TextPart], pairs: int, max_positions: int | None, dtype: str, out: Path,
+                  pool: Executor | None, workers: int, progress: Progress) -> tuple[dict[str, int], list[int]]:
+    """Encode a split's kept pairs, part after part (corpus after corpus), into its token and offset files; (its
+    counts, the pairs of each part dropped as too long).
 
     With `max_positions` (training data only) a pair with a side longer than that, EOS included, is dropped.
     """
     task = progress.add_task(f"encoding {split}", total=pairs)
-    dropped = 0
+    dropped = []
     totals = {"pairs": 0, "src_tokens": 0, "tgt_tokens": 0}
     with ExitStack() as stack:
         files = {side: (stack.enter_context(open(out / f"{split}.{side}.tokens", "wb")),
@@ -307,32 +376,29 @@ def _encode_split(split: str, texts: tuple[Path, Path], keep: np.ndarray | None,
                  for side in SIDES}
         for _, offsets in files.values():
             np.zeros(1, dtype=np.int64).tofile(offsets)
-        jobs = ((chunk, dtype, max_positions) for chunk in _kept_chunks(texts, keep))
-        for encoded, too_long in _ordered_map(_encode_chunk, jobs, pool, workers):
-            for side, (ids, lens) in zip(SIDES, encoded, strict=True):
-                tokens, offsets = files[side]
-                ids.tofile(tokens)
-                (totals[f"{side}_tokens"] + np.cumsum(lens, dtype=np.int64)).tofile(offsets)
-                totals[f"{side}_tokens"] += int(lens.sum())
-            totals["pairs"] += len(lens)
-            dropped += too_long
-            progress.advance(task, len(lens) + too_long)
+        for texts, keep, tag in parts:
+            dropped.append(0)
+            jobs = ((chunk, dtype, max_positions) for chunk in _kept_chunks(texts, keep, tag))
+            for encoded, too_long in _ordered_map(_encode_chunk, jobs, pool, workers):
+                for side, (ids, lens) in zip(SIDES, encoded, strict=True):
+                    tokens, offsets = files[side]
+                    ids.tofile(tokens)
+                    (totals[f"{side}_tokens"] + np.cumsum(lens, dtype=np.int64)).tofile(offsets)
+                    totals[f"{side}_tokens"] += int(lens.sum())
+                totals["pairs"] += len(lens)
+                dropped[-1] += too_long
+                progress.advance(task, len(lens) + too_long)
     return totals, dropped
 
 
-def _kept_chunks(texts: tuple[Path, Path], keep: np.ndarray | None) -> Iterator[tuple[list[str], list[str]]]:
-    srcs: list[str] = []
-    tgts: list[str] = []
-    for i, (src, tgt) in enumerate(_read_pairs(texts)):
-        if keep is not None and not keep[i]:
-            continue
-        srcs.append(src)
-        tgts.append(tgt)
-        if len(srcs) == CHUNK_PAIRS:
-            yield srcs, tgts
-            srcs, tgts = [], []
-    if srcs:
-        yield srcs, tgts
+def _kept_chunks(texts: tuple[Path, Path], keep: np.ndarray | None, tag: str | None
+                 ) -> Iterator[tuple[list[str], list[str]]]:
+    """The kept pairs in chunks of sources and targets; a tagged corpus' sources begin with the tag and a space,
+    which the encoder turns into the tag's id."""
+    prefix = "" if tag is None else tag + " "
+    pairs = _kept_pairs(texts, keep)
+    while chunk := list(islice(pairs, CHUNK_PAIRS)):
+        yield [prefix + src for src, _ in chunk], [tgt for _, tgt in chunk]
 
 
 _encoder: Tokenizer | None = None  # set in each worker process (or the main one) by _init_encoder
@@ -452,12 +518,26 @@ def _replace_dir(new: Path, target: Path) -> None:
 
 def _fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
     """What the prepared data depends on: the data section, the model's max_positions (the token-length filter;
-    no other model or train setting) and the input files."""
-    section = json.dumps({**strip_nones(dataclasses.asdict(data)), "model.max_positions": max_positions},
-                         sort_keys=True)
+    no other model or train setting) and the input files, data.bpe.from's included.
+
+    Not the corpora's weights, which `mtx train` applies (a new weight needs no new data), nor the BPE's
+    settings when data.bpe.from replaces them; and a demo source's domain only where it is not "all", so that
+    recipes written before domains existed keep their fingerprint, and their prepared data stays up to date.
+    """
+    section = strip_nones(as_mapping(data))
+    for corpus in section.get("sources", []):
+        del corpus["weight"]
+    for source in [section.get("source"), *section.get("sources", [])]:
+        if source is not None and source.get("demo", {}).get("domain") == "all":
+            del source["demo"]["domain"]
+    if data.bpe.from_ is not None:
+        section["bpe"] = {"from": data.bpe.from_}
+    borrowed = vocabulary_file(data)
+    files = input_files(data) + ([borrowed] if borrowed else [])
     return {
-        "recipe_sha256": hashlib.sha256(section.encode()).hexdigest(),
-        "inputs": [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in input_files(data) if p.is_file()],
+        "recipe_sha256": hashlib.sha256(json.dumps({**section, "model.max_positions": max_positions},
+                                                   sort_keys=True).encode()).hexdigest(),
+        "inputs": [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in files if p.is_file()],
     }
 
 
@@ -507,5 +587,9 @@ def _print_summary(console: Console, manifest: dict[str, Any], data_dir: Path) -
         splits.add_row(split, f"{info['pairs']:,}", f"{info['src_tokens']:,}", f"{info['tgt_tokens']:,}",
                        f"{per:.1f}")
     console.print(filters)
+    for corpus in manifest["corpora"] if len(manifest["corpora"]) > 1 else []:
+        tag = f", tagged {corpus['tag']}" if corpus["tag"] else ""
+        console.print(f"  {corpus['name']}: {corpus['filter']['kept']:,} of {corpus['filter']['read']:,} training "
+                      f"pairs kept{tag}, weight {corpus['weight']}")
     console.print(splits)
     console.print(f"prepared in {manifest['seconds']:.1f}s")

@@ -181,6 +181,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     """
     import torch
 
+    from mtx.checkpoint import describe_checkpoint
     from mtx.config.recipe import DecodeConfig
     from mtx.decode.alignment import default_alignment_layer
     from mtx.decode.ensemble import load_models
@@ -204,7 +205,10 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             raise MtxError(f"--threads {threads} must be between 1 and 4 × this machine's {cores} cores.")
         torch.set_num_threads(threads)
     target = choose_device(device, "--device")
-    models, tokenizer, checkpoint = load_models(checkpoints)
+    models, tokenizer, loaded = load_models(checkpoints)
+    for path, checkpoint in zip(checkpoints, loaded, strict=True):
+        log(f"{path}: {describe_checkpoint(checkpoint)}\n")
+    checkpoint = loaded[0]
     if alignment and alignment_layer is None:
         alignment_layer = default_alignment_layer(len(models[0].decoder_layers))
     prepared = [prepare_model(model, target, dtype) for model in models]

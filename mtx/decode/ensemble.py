@@ -87,22 +87,26 @@ class Ensemble:
         return average_distributions(log_probs), EnsembleState(list(states))
 
 
-def load_models(paths: Sequence[Path]) -> tuple[list[Transformer], Tokenizer, dict]:
-    """The models of the checkpoints `paths` on the CPU, in eval mode, their shared tokenizer, and the first
-    checkpoint (whose recipe sets the decoding defaults).
+def load_models(paths: Sequence[Path]) -> tuple[list[Transformer], Tokenizer, list[dict]]:
+    """The models of the checkpoints `paths` on the CPU, in eval mode, their shared tokenizer, and each
+    checkpoint's metadata (its dict without the weights; the first's recipe sets the decoding defaults).
 
     Refuses checkpoints whose tokenizers differ, naming the first file and the odd one: their token ids mean
     different subwords, so averaging their distributions would mix unrelated tokens.
     """
     if not paths:
         raise MtxError("No checkpoint given: pass at least one -m CKPT.pt.")
-    model, tokenizer, checkpoint = load_model(paths[0], "cpu")
-    models = [model]
-    for path in paths[1:]:
-        model, other, _ = load_model(path, "cpu")
-        if other.sha256 != tokenizer.sha256:
+    models, tokenizer, metadata = [], None, []
+    for path in paths:
+        model, own, checkpoint = load_model(path, "cpu")
+        if tokenizer is not None and own.sha256 != tokenizer.sha256:
             raise MtxError(f"{paths[0]} and {path} have different tokenizers (vocabularies of "
-                           f"{tokenizer.vocab_size:,} and {other.vocab_size:,} tokens), so they cannot be ensembled: "
+                           f"{tokenizer.vocab_size:,} and {own.vocab_size:,} tokens), so they cannot be ensembled: "
                            "ensemble models trained on the same prepared data/ (the same tokenizer.json).")
+        tokenizer = tokenizer or own
         models.append(model)
-    return models, tokenizer, checkpoint
+        metadata.append({k: v for k, v in checkpoint.items() if k not in WEIGHTS})
+    return models, tokenizer, metadata
+
+
+WEIGHTS = ("model", "ema", "train_state")  # what a checkpoint's metadata leaves out

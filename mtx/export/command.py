@@ -43,8 +43,11 @@ def export(
 
     Example: mtx export -m runs/demo/average.pt --to ctranslate2 demo-ct2/ --quantization int8
     """
-    export_checkpoint(model, to, output, quantization=quantization, force=force)
-    sys.stderr.write(f"exported {model} → {output} ({to}{f', {quantization}' if quantization else ''})\n")
+    from mtx.checkpoint import describe_checkpoint
+
+    exported = export_checkpoint(model, to, output, quantization=quantization, force=force)
+    sys.stderr.write(f"exported {model} ({describe_checkpoint(exported)}) → {output} "
+                     f"({to}{f', {quantization}' if quantization else ''})\n")
 
 
 def require_packages(target: str) -> None:
@@ -61,8 +64,9 @@ def require_packages(target: str) -> None:
 
 
 def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantization: str | None = None,
-                      force: bool = False) -> None:
-    """Export the checkpoint at `checkpoint_path` to `folder` in the `target` format (see the module's docstring)."""
+                      force: bool = False) -> dict:
+    """Export the checkpoint at `checkpoint_path` to `folder` in the `target` format (see the module's docstring);
+    the checkpoint. Its weights to translate with are exported: the moving average's, where the run kept one."""
     from mtx.checkpoint import load_model
     from mtx.config.recipe import DecodeConfig
     from mtx.export.ctranslate2 import QUANTIZATIONS
@@ -94,3 +98,4 @@ def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantiza
                           ctranslate2_usage(folder, decode), ctranslate2_notes(decode))
         write_folder(folder, lambda out: save_ctranslate2_folder(model, checkpoint["tokenizer"], out, quantization),
                      card, force)
+    return checkpoint

@@ -93,9 +93,19 @@ def _data_section(run: Path | None) -> list[str]:
     kept = manifest.get("filter", {})
     cleaning = (f"Training pairs read: {kept['read']:,}, kept after cleaning: {kept['kept']:,}. "
                 if "read" in kept and "kept" in kept else "")
-    return ["## Data", "", f"Source: {manifest['source'].get('kind', 'unknown')}. {cleaning}"
+    return ["## Data", "", f"Source: {_sources(manifest)}. {cleaning}"
             f"From the run's data manifest (`{run / 'data' / 'manifest.json'}`):", "",
             "| split | pairs | source tokens | target tokens |", "|---|---:|---:|---:|", *rows, ""]
+
+
+def _sources(manifest: dict[str, Any]) -> str:
+    """The source's kind; for several corpora, each with its kind, tag and training pairs kept."""
+    corpora = manifest.get("corpora", [])
+    if len(corpora) < 2:
+        return manifest["source"].get("kind", "unknown")
+    return f"{len(corpora)} corpora: " + ", ".join(
+        f"{c['name']} ({c['kind']}{', tagged ' + c['tag'] if c['tag'] else ''}, {c['filter']['kept']:,} training "
+        "pairs)" for c in corpora)
 
 
 def _validation_section(run: Path | None, checkpoint: dict[str, Any]) -> list[str]:

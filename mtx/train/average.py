@@ -2,7 +2,8 @@
 
 The paper (§6.1) translates with the average of the last checkpoints of a run: the last 5 of a base model, the
 last 20 of a big one, written 10 minutes apart. The mean of weights from the flat end of training is a better
-model than any one of them, at no cost at inference.
+model than any one of them, at no cost at inference. A run that keeps a moving average of its weights
+(train.ema_decay) has its averages averaged: each checkpoint's weights to translate with.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import torch
 
-from mtx.checkpoint import load_checkpoint, save_checkpoint, shared_names, step_checkpoints
+from mtx.checkpoint import inference_weights, load_checkpoint, save_checkpoint, shared_names, step_checkpoints
 from mtx.errors import MtxError
 
 
@@ -27,19 +28,24 @@ def last_checkpoints(directory: Path, last: int) -> list[Path]:
     return [path for _, path in found[-last:]]
 
 
-def average_files(paths: Sequence[Path], output: Path) -> None:
-    """Write the average of the checkpoints `paths` to `output`, atomically."""
-    save_checkpoint(average_checkpoints(paths), output)
+def average_files(paths: Sequence[Path], output: Path) -> dict[str, Any]:
+    """Write the average of the checkpoints `paths` to `output`, atomically; return it."""
+    averaged = average_checkpoints(paths)
+    save_checkpoint(averaged, output)
+    return averaged
 
 
 def _identity(checkpoint: dict[str, Any]) -> tuple:
-    """What two checkpoints must share to be averaged: the model's shape and the tokenizer."""
-    shapes = tuple((k, tuple(v.shape)) for k, v in checkpoint["model"].items())
-    return checkpoint["model_config"], checkpoint["vocab_size"], checkpoint["tokenizer"], shapes
+    """What two checkpoints must share to be averaged: the model's shape, the tokenizer, and whether their
+    weights are moving averages."""
+    shapes = tuple((k, tuple(v.shape)) for k, v in inference_weights(checkpoint).items())
+    averaged = "ema_decay" in checkpoint
+    return checkpoint["model_config"], checkpoint["vocab_size"], checkpoint["tokenizer"], shapes, averaged
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
-    """The parameter-wise mean of `paths`, as an inference checkpoint (no training state).
+    """The parameter-wise mean of `paths`' weights to translate with (`inference_weights`: the moving
+    average's, in a run that keeps one), as an inference checkpoint (no training state).
 
     Streaming: a float64 running sum plus the checkpoint being read, so memory stays at about two models
     however many are averaged. Parameters are written back in the checkpoints' own dtype, and a tensor that
@@ -51,18 +57,18 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     dtypes: dict[str, torch.dtype] = {}
     for i, path in enumerate(paths):
         checkpoint = load_checkpoint(path, mmap=True)  # the training state some carry is never read
+        weights = inference_weights(checkpoint)
         if i == 0:
             first_path, identity = path, _identity(checkpoint)
-            metadata = {k: v for k, v in checkpoint.items() if k not in ("model", "train_state")}
-            aliases = shared_names(checkpoint["model"])
-            dtypes = {k: v.dtype for k, v in checkpoint["model"].items()}
-            total = {k: v.to(torch.float64) for k, v in checkpoint["model"].items() if k not in aliases}
+            metadata = {k: v for k, v in checkpoint.items() if k not in ("model", "ema", "train_state")}
+            aliases = shared_names(weights)
+            dtypes = {k: v.dtype for k, v in weights.items()}
+            total = {k: v.to(torch.float64) for k, v in weights.items() if k not in aliases}
         else:
             if _identity(checkpoint) != identity:
-                what = "tokenizer" if checkpoint["tokenizer"] != metadata["tokenizer"] else "model shape or config"
-                raise MtxError(f"Cannot average {path} with {first_path}: their {what} differs. "
-                               "Average only checkpoints of the same run.")
-            for k, v in checkpoint["model"].items():
+                raise MtxError(f"Cannot average {path} with {first_path}: their {_difference(checkpoint, metadata)} "
+                               "differs. Average only checkpoints of the same run.")
+            for k, v in weights.items():
                 if k not in aliases:
                     total[k] += v.to(torch.float64)
         del checkpoint
@@ -70,3 +76,11 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     for name, first in aliases.items():  # names of one shared tensor stay one tensor
         averaged[name] = averaged[first]
     return {**metadata, "model": averaged, "averaged_from": [str(p) for p in paths]}
+
+
+def _difference(checkpoint: dict[str, Any], first: dict[str, Any]) -> str:
+    if checkpoint["tokenizer"] != first["tokenizer"]:
+        return "tokenizer"
+    if ("ema_decay" in checkpoint) != ("ema_decay" in first):
+        return "kind of weights (moving averages in one, raw weights in the other)"
+    return "model shape or config"

@@ -5,9 +5,11 @@ trainer's policy for its run's checkpoints/ folder, and changes with training, n
 
     step_<N>.pt   the run at update N; the newest train.keep_last are kept. The newest two carry the training
                   state (optimizer, grad scaler, progress; after a stop, the newest three until the next save);
-                  older ones hold the model alone, as best.pt does
+                  older ones hold the model alone, as best.pt does. With train.ema_decay each holds the
+                  moving average of the weights beside them (mtx.train.ema)
     last.pt       the newest step_<N>.pt again: a hard link, or a copy where the filesystem has none
-    best.pt       the model of the best valid BLEU so far, without training state
+    best.pt       the model of the best valid BLEU so far, without training state: the moving average's
+                  weights where the run keeps one, as validation scores them
 
 Adam's two moments make the training state twice the weights' size, and only a resume reads it, from the newest
 step_<N>.pt: so a step checkpoint is written whole, and the training state of those older than the newest two
@@ -52,6 +54,7 @@ from mtx.files import atomic_write
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
 from mtx.train import distributed
+from mtx.train.ema import WeightAverage
 
 SHAPE_KEYS = ("layers_enc", "layers_dec", "d_model", "heads", "d_ff", "norm", "share_embeddings", "max_positions")
 RESUMABLE = 2  # the newest step checkpoints that keep their training state
@@ -65,10 +68,11 @@ class CheckpointKeeper:
     """
 
     def __init__(self, recipe: Recipe, ctx: distributed.Context, model: Transformer, tokenizer: Tokenizer,
-                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                 say: Callable[[str], None]) -> None:
+                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, say: Callable[[str], None],
+                 ema: WeightAverage | None = None) -> None:
         self.recipe, self.ctx, self.say = recipe, ctx, say
         self.model, self.tokenizer, self.optimizer, self.scaler = model, tokenizer, optimizer, scaler
+        self.ema = ema
         self.directory = recipe.run_path / "checkpoints"
         self.saved_step = 0  # the step of the newest checkpoint, written or being written: a stop need not save it
         self.last_save_time = time.monotonic()  # train.save_every_minutes counts from the last save or resume
@@ -88,16 +92,6 @@ class CheckpointKeeper:
             for torn in self.directory.glob(".*.tmp"):
                 torn.unlink()
 
-    def latest(self) -> Path | None:
-        """The newest step_<N>.pt (last.pt is the same file, but a kill may fall between writing one and the
-        other); last.pt alone if there is no step file."""
-        if not self.directory.is_dir():
-            return None
-        steps = step_checkpoints(self.directory)
-        if steps:
-            return steps[-1][1]
-        last = self.directory / "last.pt"
-        return last if last.is_file() else None
 
     def resume(self) -> dict[str, Any]:
         """Load the latest checkpoint, if any, into model, optimizer and scaler; its progress ({} if none).
@@ -106,7 +100,7 @@ class CheckpointKeeper:
         listing of checkpoints/ can be older, and replicas resumed from different steps would drift apart
         silently. Then all ranks check they hold the same step before the first update.
         """
-        chosen = self.latest() if self.ctx.is_main else None
+        chosen = latest_checkpoint(self.directory) if self.ctx.is_main else None
         chosen = distributed.broadcast_object(None if chosen is None else str(chosen))
         progress: dict[str, Any] = {}
         problem = None
@@ -132,8 +126,7 @@ class CheckpointKeeper:
         """Restore what `path` holds into the model, optimizer and scaler, and return its progress; refuse,
         saying why, a checkpoint of another model shape or tokenizer, or one without training state."""
         checkpoint = load_checkpoint(path, mmap=True)
-        ours, theirs = dataclasses.asdict(self.recipe.model), dataclasses.asdict(model_config_of(checkpoint))
-        differs = [f"model.{k} is {theirs[k]} there, {ours[k]} here" for k in SHAPE_KEYS if ours[k] != theirs[k]]
+        differs = shape_differences(self.recipe, checkpoint)
         if checkpoint["vocab_size"] != self.tokenizer.vocab_size:
             differs.append(f"the vocabulary has {checkpoint['vocab_size']} tokens there, "
                            f"{self.tokenizer.vocab_size} here")
@@ -146,7 +139,20 @@ class CheckpointKeeper:
                 f"Cannot resume from {path}: {'; '.join(differs)}. Pass --restart to delete {self.directory} "
                 "and start over, or give the recipe another name or run_dir."
             )
+        return self.restore(checkpoint, path)
+
+    def restore(self, checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
+        """Put a checkpoint's weights, moving average, optimizer and scaler state in place; its progress."""
         self.model.load_state_dict(checkpoint["model"])
+        if self.ema is not None and "ema" in checkpoint:
+            self.ema.load_state_dict(checkpoint["ema"])
+        elif self.ema is not None:
+            self.ema.restart_from_weights()
+            self.say(f"train.ema_decay is set but {path} holds no moving average: it starts from the weights of "
+                     f"step {checkpoint['step']}.")
+        elif "ema" in checkpoint:
+            self.say(f"{path} holds a moving average of the weights, which this run, without train.ema_decay, "
+                     "no longer keeps.")
         saved = checkpoint["train_state"]
         self.optimizer.load_state_dict(saved["optimizer"])
         _off_the_file(self.optimizer)
@@ -205,12 +211,34 @@ class CheckpointKeeper:
                 _drop_train_state(old)
 
     def save_best(self, step: int) -> None:
-        """best.pt: the model alone, for translating, from rank 0."""
+        """best.pt: the weights validation scored (the moving average's, if the run keeps one) alone, for
+        translating, from rank 0."""
         if self.ctx.is_main:
-            save_checkpoint(self._checkpoint(step, train_state=None), self.directory / "best.pt")
+            save_checkpoint(self._checkpoint(step, train_state=None, ema_only=True), self.directory / "best.pt")
 
-    def _checkpoint(self, step: int, train_state: dict[str, Any] | None, copy: bool = False) -> dict[str, Any]:
-        return make_checkpoint(self.model, self.tokenizer.to_str(), self.recipe.to_dict(), step, train_state, copy)
+    def _checkpoint(self, step: int, train_state: dict[str, Any] | None, copy: bool = False,
+                    ema_only: bool = False) -> dict[str, Any]:
+        ema = None if self.ema is None else self.ema.state_dict()
+        return make_checkpoint(self.model, self.tokenizer.to_str(), self.recipe.to_dict(), step, train_state, copy,
+                               ema=ema, ema_decay=self.recipe.train.ema_decay, ema_only=ema_only)
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    """The checkpoint a run in `directory` resumes from: the newest step_<N>.pt (last.pt is the same file, but a
+    kill may fall between writing one and the other); last.pt alone if there is no step file."""
+    if not directory.is_dir():
+        return None
+    steps = step_checkpoints(directory)
+    if steps:
+        return steps[-1][1]
+    last = directory / "last.pt"
+    return last if last.is_file() else None
+
+
+def shape_differences(recipe: Recipe, checkpoint: dict[str, Any]) -> list[str]:
+    """How the recipe's model shape differs from the checkpoint's, one phrase per key; none: it loads."""
+    ours, theirs = dataclasses.asdict(recipe.model), dataclasses.asdict(model_config_of(checkpoint))
+    return [f"model.{k} is {theirs[k]} there, {ours[k]} here" for k in SHAPE_KEYS if ours[k] != theirs[k]]
 
 
 class _Write:

@@ -26,10 +26,10 @@ def train(
 
     Example: mtx train recipes/demo.yaml --set train.max_steps=2000
     """
-    from mtx.config.loading import load_recipe
+    from mtx.train.fine_tuning import load_run_recipe
     from mtx.train.trainer import train as run_training
 
-    run_training(load_recipe(recipe, set_), restart=restart)
+    run_training(load_run_recipe(recipe, set_), restart=restart)
 
 
 def average(
@@ -48,6 +48,7 @@ def average(
 
     Example: mtx average --dir runs/demo/checkpoints --last 5 -o runs/demo/average.pt
     """
+    from mtx.checkpoint import describe_weights
     from mtx.train.average import average_files, last_checkpoints
 
     if bool(checkpoints) == (directory is not None):
@@ -59,5 +60,6 @@ def average(
         checkpoints = last_checkpoints(directory, last)
     elif last is not None:
         raise MtxError("--last only applies with --dir.")
-    average_files(checkpoints, output)
-    sys.stderr.write(f"averaged {len(checkpoints)} checkpoints → {output}\n")
+    averaged = average_files(checkpoints, output)
+    weights = f" (their {describe_weights(averaged)})" if "ema_decay" in averaged else ""
+    sys.stderr.write(f"averaged {len(checkpoints)} checkpoints{weights} → {output}\n")

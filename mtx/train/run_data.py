@@ -3,6 +3,11 @@
 mtx.data.prepared reads the files back; this module decides what the trainer makes of them. A pair longer than the
 model's position table or the token budget of a batch cannot be trained on, so it is left out of every batch
 (with a warning for the training split) rather than failing the run at the batch that holds it.
+
+The corpora of a recipe (`data.sources`) follow one another in the train split, each a contiguous range that the
+manifest's per-corpus counts give. A corpus of weight w is seen w times an epoch: its range is repeated w times
+before the batches are made. The weights are the recipe's, read here, not the manifest's, so that a new weight
+needs no new `mtx prepare`.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from mtx.config.recipe import Recipe
+from mtx.config.recipe import DataConfig, Recipe
 from mtx.data.batching import PairSource, make_batches, pair_costs, pairs_within
 from mtx.data.prepared import TokenSplit, load_split
+from mtx.data.vocabulary import read_tokenizer, vocabulary_file
 from mtx.errors import MtxError
 
 
@@ -31,21 +37,51 @@ class ValidSet:
 
 
 def check_data_matches_recipe(recipe: Recipe, manifest: dict[str, Any], data_dir: Path) -> None:
-    """Refuse data prepared for another vocabulary size or language pair: a model trained on it would not be
-    the recipe's model, and the mismatch would otherwise surface only as a wrong result."""
-    data = recipe.data
-    prepared = (manifest["bpe"]["vocab_size_requested"], manifest["src_lang"], manifest["tgt_lang"])
-    if prepared != (data.bpe.vocab_size, data.src_lang, data.tgt_lang):
-        raise MtxError(
-            f"The data in {data_dir} was prepared with data.bpe.vocab_size = {prepared[0]} for "
-            f"{prepared[1]}→{prepared[2]}, but the recipe asks for {data.bpe.vocab_size} and "
-            f"{data.src_lang}→{data.tgt_lang}: run `mtx prepare RECIPE` again with this recipe."
-        )
+    """Refuse data prepared for another vocabulary, language pair or corpora (their names and tags, which change
+    the source tokens): a model trained on it would not be the recipe's model, and the mismatch would otherwise
+    surface only as a wrong result. The corpora's weights may differ: the trainer applies the recipe's."""
+    data, bpe = recipe.data, manifest["bpe"]
+    differences = []
+    if (manifest["src_lang"], manifest["tgt_lang"]) != (data.src_lang, data.tgt_lang):
+        differences.append(f"for {manifest['src_lang']}→{manifest['tgt_lang']} (the recipe asks for "
+                           f"{data.src_lang}→{data.tgt_lang})")
+    if bpe.get("from") != data.bpe.from_:
+        differences.append(f"with {_vocabulary(bpe.get('from'))} (the recipe asks for {_vocabulary(data.bpe.from_)})")
+    elif data.bpe.from_ is None and bpe["vocab_size_requested"] != data.bpe.vocab_size:
+        differences.append(f"with data.bpe.vocab_size = {bpe['vocab_size_requested']} (the recipe asks for "
+                           f"{data.bpe.vocab_size})")
+    elif data.bpe.from_ is not None and _vocabulary_changed(data, manifest):
+        differences.append(f"with the tokenizer that data.bpe.from = {data.bpe.from_} held then, and holds no more")
+    wanted = [(corpus.name, corpus.tag) for corpus in data.corpora]
+    prepared = ([(corpus["name"], corpus["tag"]) for corpus in manifest["corpora"]] if "corpora" in manifest
+                else [(wanted[0][0], None)])  # prepared before mtx knew several corpora: one, untagged
+    if prepared != wanted:
+        differences.append(f"from the corpora {_listed(prepared)} (the recipe has {_listed(wanted)})")
+    if differences:
+        raise MtxError(f"The data in {data_dir} was prepared {'; and '.join(differences)}: run "
+                       "`mtx prepare RECIPE` again with this recipe.")
 
 
-def training_batches(recipe: Recipe, split: PairSource, warn: Callable[[str], None]) -> list[np.ndarray]:
+def _vocabulary_changed(data: DataConfig, manifest: dict[str, Any]) -> bool:
+    """Whether data.bpe.from now holds another tokenizer than the data is encoded with; not if it is gone (the
+    data holds its own copy, and that is the one a fine-tuned model must read)."""
+    if not Path(data.bpe.from_).exists():
+        return False
+    return read_tokenizer(vocabulary_file(data)).sha256 != manifest["tokenizer_sha256"]
+
+
+def _vocabulary(source: str | None) -> str:
+    return "a vocabulary learnt on its text" if source is None else f"the vocabulary of data.bpe.from = {source}"
+
+
+def _listed(corpora: list[tuple[str, str | None]]) -> str:
+    return ", ".join(name + (f" tagged {tag}" if tag else "") for name, tag in corpora)
+
+
+def training_batches(recipe: Recipe, manifest: dict[str, Any], split: PairSource, say: Callable[[str], None]
+                     ) -> list[np.ndarray]:
     """The training batches, leaving out (and counting, in a warning) pairs that no batch or no position table
-    can hold.
+    can hold, and each corpus' pairs repeated for its weight.
 
     `mtx prepare` drops pairs longer than model.max_positions, so what is left here comes from data prepared
     for another model, or a train.max_tokens below a pair's cost: a warning, never a refusal, unless
@@ -63,10 +99,34 @@ def training_batches(recipe: Recipe, split: PairSource, warn: Callable[[str], No
             f"{recipe.model.max_positions}. Raise them, or run `mtx prepare RECIPE` again."
         )
     if fitting < pairs:
-        warn(f"warning: {pairs - fitting:,} of {pairs:,} training pairs are longer than "
-             f"{limit} tokens (the smaller of train.max_tokens and model.max_positions) and are left out. "
-             "Run `mtx prepare RECIPE` again to drop them from the data, or raise those limits.")
-    return make_batches(split.src_lens, split.tgt_lens, max_tokens, recipe.seed, keep=fits)
+        say(f"warning: {pairs - fitting:,} of {pairs:,} training pairs are longer than "
+            f"{limit} tokens (the smaller of train.max_tokens and model.max_positions) and are left out. "
+            "Run `mtx prepare RECIPE` again to drop them from the data, or raise those limits.")
+    corpora = recipe.data.corpora
+    if all(corpus.weight == 1 for corpus in corpora):
+        return make_batches(split.src_lens, split.tgt_lens, max_tokens, recipe.seed, keep=fits)
+    sizes, weights = _corpus_sizes(manifest), [corpus.weight for corpus in corpora]
+    index = _weighted_index(sizes, weights)
+    say("an epoch of training pairs, by corpus and weight: " + ", ".join(
+        f"{corpus.name} {size:,} × {corpus.weight}" for corpus, size in zip(corpora, sizes, strict=True))
+        + f" = {len(index):,}")
+    batches = make_batches(split.src_lens[index], split.tgt_lens[index], max_tokens, recipe.seed, keep=fits[index])
+    return [index[batch] for batch in batches]
+
+
+def _corpus_sizes(manifest: dict[str, Any]) -> list[int]:
+    """The training pairs of each corpus, in the order they follow one another in the train split."""
+    if "corpora" not in manifest:  # prepared before mtx knew several corpora: one
+        return [manifest["splits"]["train"]["pairs"]]
+    return [corpus["splits"]["train"]["pairs"] for corpus in manifest["corpora"]]
+
+
+def _weighted_index(sizes: list[int], weights: list[int]) -> np.ndarray:
+    """The index of every training pair of an epoch, a corpus' range repeated for its weight, in corpus order."""
+    starts = np.cumsum([0, *sizes[:-1]])
+    dtype = np.int32 if sum(sizes) < 2**31 else np.int64
+    return np.concatenate([np.tile(np.arange(start, start + size, dtype=dtype), weight)
+                           for start, size, weight in zip(starts, sizes, weights, strict=True)])
 
 
 def load_valid_set(recipe: Recipe, manifest: dict[str, Any], data_dir: Path) -> ValidSet | None:

@@ -6,9 +6,13 @@ target tokens of the whole update on all ranks, so 1 GPU × update_freq 8 comput
 update_freq 1. Then unscale (fp16), clip, Adam step at the scheduled learning rate. An fp16 update that the
 grad scaler skips (inf/NaN gradients) is not an update: the step and the schedule wait for the next one.
 
-Everything a resumed run needs is the model, the optimizer, the grad scaler, `TrainState` — the step, the
-position inside the epoch, the best score, the clock, the tokens trained on, the BLEU milestones reached
-(mtx.train.milestones) — and the open loss window of the log (mtx.train.checkpoints saves them). The batch
+With train.ema_decay a moving average of the weights (mtx.train.ema) follows every update; validation and
+best.pt use it, and so does every command that translates a checkpoint. A run with train.init_from starts from
+another run's checkpoint (mtx.train.fine_tuning) rather than from random weights.
+
+Everything a resumed run needs is the model, its moving average, the optimizer, the grad scaler, `TrainState` —
+the step, the position inside the epoch, the best score, the clock, the tokens trained on, the BLEU milestones
+reached (mtx.train.milestones) — and the open loss window of the log (mtx.train.checkpoints saves them). The batch
 order is a pure function of (seed, epoch) and dropout is reseeded at every update from (seed, step, rank),
 so no RNG state has to be carried over: a run stopped and resumed draws the very same batches and dropout
 masks as a run that never stopped.
@@ -37,6 +41,7 @@ from rich.console import Console
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
+from mtx.checkpoint import describe_weights, inference_weights
 from mtx.config.recipe import ModelConfig, Recipe, TrainConfig, parse_duration
 from mtx.data.batching import Batch, BatchPlan, collate, in_background
 from mtx.data.prepared import load_manifest, load_split
@@ -44,8 +49,9 @@ from mtx.devices import allow_tf32, available_memory, choose_dtype
 from mtx.errors import MtxError, first_line, is_out_of_memory
 from mtx.model.transformer import Transformer, count_parameters_for
 from mtx.tokenizer import Tokenizer
-from mtx.train import distributed
+from mtx.train import distributed, fine_tuning
 from mtx.train.checkpoints import CheckpointKeeper
+from mtx.train.ema import WeightAverage
 from mtx.train.loss import batch_loss
 from mtx.train.metrics_log import MetricsLog
 from mtx.train.milestones import describe_milestones, milestones_reached
@@ -124,7 +130,7 @@ class Trainer:
         check_data_matches_recipe(recipe, manifest, data_dir)
         self.tokenizer = Tokenizer.from_file(data_dir / "tokenizer.json")
         self.train_split = load_split(data_dir, "train")
-        batches = training_batches(recipe, self.train_split, warn=self.log.say)
+        batches = training_batches(recipe, manifest, self.train_split, say=self.log.say)
         self.plan = BatchPlan(batches, recipe.seed, self.cfg.update_freq, ctx.world, ctx.rank)
         valid = load_valid_set(recipe, manifest, data_dir)
 
@@ -139,12 +145,13 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.0, betas=tuple(self.cfg.betas),
                                            eps=self.cfg.eps, weight_decay=self.cfg.weight_decay,
                                            fused=ctx.device.type == "cuda")
+        self.ema = None if self.cfg.ema_decay is None else WeightAverage(self.model, self.cfg.ema_decay)
         self.signals = StopSignals()
         self.budgets = Budgets(self.cfg)
         self.validator = None if valid is None else Validator(valid, recipe, ctx, self.model, self.tokenizer,
                                                               self.signals.requested, self._autocast)
         self.keeper = CheckpointKeeper(recipe, ctx, self.model, self.tokenizer, self.optimizer, self.scaler,
-                                       say=self.log.say)
+                                       say=self.log.say, ema=self.ema)
         progress = self._resume(restart)
         self.state = TrainState.from_progress(progress, ctx.world, self.cfg.update_freq)
         self._take_this_sessions_shape()
@@ -156,15 +163,37 @@ class Trainer:
 
     def _resume(self, restart: bool) -> dict[str, Any]:
         """The progress of the checkpoint every rank resumed from ({} for a new run), once rank 0 has cleared
-        what --restart or a kill in the middle of a write left, and dropped the events logged after it."""
+        what --restart or a kill in the middle of a write left, and dropped the events logged after it. A new
+        run with train.init_from starts from its parent."""
         if restart:
             self.keeper.delete_all()
             self.log.delete()
         self.keeper.remove_torn_writes()
         distributed.barrier()
         progress = self.keeper.resume()
+        if not progress and self.cfg.init_from is not None:
+            progress = self._start_from_parent()
         self.log.truncate_after(progress.get("step", 0))
         return progress
+
+    def _start_from_parent(self) -> dict[str, Any]:
+        """Load train.init_from's weights (its moving average's, where it keeps one) — or, with
+        train.init_from_state, all it holds to train on — and say which; the progress the run starts with."""
+        checkpoint = fine_tuning.parent_checkpoint(self.recipe)
+        fine_tuning.check_vocabulary(self.recipe, checkpoint, self.tokenizer)
+        path = self.cfg.init_from
+        if self.cfg.init_from_state:
+            self.keeper.restore(checkpoint, path)
+            progress = fine_tuning.inherited_progress(checkpoint)
+            self.log.say(f"Fine-tuning from {path}: its weights, optimizer and schedule, continued from step "
+                         f"{progress['step']} (train.init_from_state).")
+            return progress
+        self.model.load_state_dict(inference_weights(checkpoint))
+        if self.ema is not None:
+            self.ema.restart_from_weights()
+        self.log.say(f"Fine-tuning from {path} (step {checkpoint['step']}, its {describe_weights(checkpoint)}); the "
+                     "optimizer, the schedule and the data start fresh.")
+        return {}
 
     def _take_this_sessions_shape(self) -> None:
         """A run resumed on another number of processes or update_freq continues at the very batch where it
@@ -273,6 +302,8 @@ class Trainer:
             return False
         self.log.add(sums, n_tokens)
         self.state.step, self.last_lr = step, lr
+        if self.ema is not None:
+            self.ema.update(step)
         return True
 
     def _forward_backward(self, batch: Batch, scale: float, sync: bool) -> Tensor:
@@ -305,7 +336,8 @@ class Trainer:
         """Valid loss and BLEU, logged, with the milestones they reach; best.pt and patience follow the BLEU. A
         stop signal interrupts it: then nothing is recorded and the loop stops, so that the stop does not wait
         for decoding."""
-        scores = self.validator.run()
+        with nullcontext() if self.ema is None else self.ema.in_model():
+            scores = self.validator.run()
         if scores is None:
             return StopReason.SIGNAL
         (loss, nll, bleu), state = scores, self.state
