@@ -16,7 +16,8 @@ alone; `ema.overhead` is its share of a training update.
 (the same data as the demo: a run's data/ is its own, so prepare it for that name first). For every `--every`
 updates it decodes the run's valid set (all of it, the recipe's beam) with the raw weights and with the moving
 average of the same checkpoint, and once with the average of the last `--average` checkpoints' raw weights (what
-`mtx average` gives a run without EMA): one JSON line each, with valid BLEU.
+`mtx average` gives a run without EMA) and of their moving averages (what `mtx average` gives this run): one JSON
+line each, with valid BLEU.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def quality(args: argparse.Namespace) -> None:
     def bleu(weights: dict[str, torch.Tensor]) -> float:
         model.load_state_dict(weights)
         with torch.no_grad():
-            return round(corpus_bleu(translate_sentences(model, tokenizer, sources, decode), refs).score, 2)
+            return round(corpus_bleu(translate_sentences(model, tokenizer, sources, decode), refs), 2)
 
     config = {"run": str(args.run), "ema_decay": first["ema_decay"], "beam": decode.beam, "sentences": len(sources)}
     for step, path in steps:
@@ -101,12 +102,13 @@ def quality(args: argparse.Namespace) -> None:
             checkpoint = load_checkpoint(path, mmap=True)
             emit_info("ema.valid_bleu", **config, step=step, raw=bleu(checkpoint["model"]), ema=bleu(checkpoint["ema"]))
     last = steps[-args.average :]
-    total = None
-    for _, path in last:
-        weights = load_checkpoint(path)["model"]
-        total = weights if total is None else {k: total[k] + v for k, v in weights.items()}
-    averaged = {k: v / len(last) for k, v in total.items()}
-    emit_info("ema.valid_bleu_averaged", **config, steps=[step for step, _ in last], raw_average=bleu(averaged))
+    averages = {kind: _average([load_checkpoint(path)[kind] for _, path in last]) for kind in ("model", "ema")}
+    emit_info("ema.valid_bleu_averaged", **config, steps=[step for step, _ in last],
+              raw_average=bleu(averages["model"]), ema_average=bleu(averages["ema"]))
+
+
+def _average(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {name: sum(state[name] for state in states) / len(states) for name in states[0]}
 
 
 def main() -> None:

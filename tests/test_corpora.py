@@ -20,7 +20,8 @@ from mtx.config.keys import all_keys, format_keys
 from mtx.config.loading import dump_recipe, load_recipe
 from mtx.config.recipe import ConfigError, DemoSource, ModelConfig, Recipe, resolve_model
 from mtx.data.demo import NUMBER_WORDS, demo_splits, in_domain
-from mtx.data.prepare import _fingerprint, prepare
+from mtx.data.manifest import fingerprint
+from mtx.data.prepare import prepare
 from mtx.data.prepared import load_split
 from mtx.data.vocabulary import CHECKPOINT_FORMAT
 from mtx.errors import MtxError
@@ -171,7 +172,7 @@ def test_data_of_other_corpora_or_tags_is_refused_by_the_trainer(two_corpora) ->
     with pytest.raises(MtxError, match=r"prepared from the corpora news, bt tagged <bt> \(the recipe has news, bt "
                                        r"tagged <back>\): run `mtx prepare RECIPE` again"):
         check_data_matches_recipe(retagged, manifest, tmp_path / "run" / "data")
-    assert _fingerprint(retagged.data, 1024) != _fingerprint(load_recipe(tmp_path / "recipe.yaml").data, 1024)
+    assert fingerprint(retagged.data, 1024) != fingerprint(load_recipe(tmp_path / "recipe.yaml").data, 1024)
 
 
 # ------------------------------------------------------------------------------------- data.bpe.from
@@ -302,12 +303,12 @@ def test_corpus_names_are_derived_from_their_sources(tmp_path: Path) -> None:
 def test_one_source_recipes_keep_the_fingerprint_they_had() -> None:
     """Measured before data.sources, tags and domains existed: prepared data stays up to date."""
     demo, wmt = (load_recipe(RECIPES / name).data for name in ("demo.yaml", "wmt14_en_de_base.yaml"))
-    assert _fingerprint(demo, 1024)["recipe_sha256"] == (
+    assert fingerprint(demo, 1024)["recipe_sha256"] == (
         "8727011944aa6c6b946a2bdf119443114cd84c1523d27a38ab08c8b562e5b224")
-    assert _fingerprint(wmt, 1024)["recipe_sha256"] == (
+    assert fingerprint(wmt, 1024)["recipe_sha256"] == (
         "343e8a90b397249d5fab270afef2347674f15a4f57c7551eb7ce4ce28eaf3dc6")
     explicit = load_recipe(RECIPES / "demo.yaml", ["data.source.demo.domain=all"]).data
-    assert _fingerprint(explicit, 1024) == _fingerprint(demo, 1024)
+    assert fingerprint(explicit, 1024) == fingerprint(demo, 1024)
 
 
 def test_keys_list_the_corpora_and_the_borrowed_vocabulary(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ def test_a_fine_tuned_run_starts_from_the_parents_average_with_fresh_state(paren
     prepare_child(path)
     assert train(child).step == 5
     said = " ".join(capfd.readouterr().err.split())
-    assert f"Fine-tuning from {parent / 'last.pt'} (step 12, its EMA weights (decay 0.8))" in said
+    assert f"Fine-tuning from {parent / 'last.pt'} (step 12, EMA weights (decay 0.8))" in said
     first = load_checkpoint(tmp_path / "child" / "checkpoints" / "step_5.pt")
     assert first["train_state"]["progress"]["step"] == 5  # the schedule and the step started over
 

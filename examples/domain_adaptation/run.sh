@@ -19,7 +19,7 @@ done
 
 bleu() {  # bleu MODEL TEST_PREFIX LABEL: the model's BLEU on a test set (its recipe's beam and length penalty)
   "$mtx" translate -m "$1" -i "$2.en" -o "${1%.pt}.$3.hyp" 2>/dev/null
-  "$mtx" score -r "$2.de" -i "${1%.pt}.$3.hyp" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["bleu"])'
+  "$mtx" score -r "$2.de" -i "${1%.pt}.$3.hyp" --json | python3 -c 'import json, sys; print("%.1f" % json.load(sys.stdin)["bleu"])'
 }
 
 in_domain=runs/dom-in-domain/data/test   # 500 sentences with numbers, dates or clock times

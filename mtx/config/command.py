@@ -53,5 +53,10 @@ def config(
     from mtx.model.transformer import count_parameters_for
 
     sys.stdout.write(dump_recipe(resolved))
-    params = count_parameters_for(resolved.model, resolved.data.bpe.vocab_size)
-    sys.stdout.write(f"# params: {params:,} (vocabulary {resolved.data.bpe.vocab_size:,})\n")
+    vocab_size = resolved.data.bpe.vocab_size
+    if resolved.data.bpe.from_ is not None:  # the borrowed vocabulary's size, not the unused vocab_size key
+        from mtx.data.vocabulary import borrowed_tokenizer
+
+        vocab_size = borrowed_tokenizer(resolved.data).vocab_size
+    params = count_parameters_for(resolved.model, vocab_size)
+    sys.stdout.write(f"# params: {params:,} (vocabulary {vocab_size:,})\n")

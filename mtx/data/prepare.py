@@ -28,10 +28,10 @@ Pharaoh line per pair, line by line with `{split}.{lang}`, as nothing drops vali
 corpora, only if each corpus of that split has them.
 
 Everything is written under `data.partial/` and renamed to `data/` at the very end, so an interrupted run
-leaves nothing a later run would trust. `manifest.json` fingerprints the recipe's data section (without the
-corpora's weights), the model's `max_positions` and the input files (data.bpe.from's too), and re-running with
-all unchanged is a no-op, unless the reader's check of the files (mtx.data.prepared.check_split_files) finds
-them damaged: then they are prepared again.
+leaves nothing a later run would trust. `manifest.json` (mtx.data.manifest) fingerprints the recipe's data
+section (without the corpora's weights), the model's `max_positions` and the input files (data.bpe.from's too),
+and re-running with all unchanged is a no-op, unless the reader's check of the files
+(mtx.data.prepared.check_split_files) finds them damaged: then they are prepared again.
 """
 
 from __future__ import annotations
@@ -53,17 +53,14 @@ from typing import Any, TextIO
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from mtx import __version__
-from mtx.config.recipe import CorpusConfig, DataConfig, FilterConfig, Recipe, as_mapping, resolve_model, strip_nones
-from mtx.data.corpora import CHUNK_PAIRS, SPLITS, RawPair, SplitStream, input_files, open_corpora
-from mtx.data.prepared import FORMAT, SIDES, check_split_files, load_manifest
-from mtx.data.vocabulary import borrowed_tokenizer, learn_tokenizer, vocabulary_file
+from mtx.config.recipe import CorpusConfig, DataConfig, FilterConfig, Recipe, resolve_model
+from mtx.data.corpora import CHUNK_PAIRS, SPLITS, RawPair, SplitStream, open_corpora
+from mtx.data.manifest import FILTERS, build_manifest, describe_drops, fingerprint, origins, print_summary, up_to_date
+from mtx.data.prepared import SIDES, load_manifest
+from mtx.data.vocabulary import borrowed_tokenizer, learn_tokenizer
 from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer, normalize_text
-
-FILTERS = ("invalid_utf8", "malformed", "empty", "length", "ratio", "duplicate", "max_positions")  # in order
 
 # Pairs as the encoder reads them: cleaned text files, which of their pairs to keep (None: all), a tag to put before
 # each source (None: none, or the text has it): a corpus' training pairs, or a valid or test split.
@@ -81,8 +78,8 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     data, max_positions = recipe.data, resolve_model(recipe.model).max_positions
     data_dir, partial = recipe.run_path / "data", recipe.run_path / "data.partial"
     borrowed = borrowed_tokenizer(data)  # data.bpe.from read, and the tags checked against it, before any work
-    fingerprint = _fingerprint(data, max_positions)
-    if _up_to_date(data_dir, fingerprint):
+    stamp = fingerprint(data, max_positions)
+    if up_to_date(data_dir, stamp):
         console.print(f"{data_dir} is up to date (same data recipe and input files): nothing to do.")
         return load_manifest(data_dir)
 
@@ -94,13 +91,13 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     try:
         with _progress(console) as progress:
             manifest = _build_data_folder(data, max_positions, corpora, borrowed, partial, workers, progress)
-        manifest.update(fingerprint, seconds=round(time.monotonic() - started, 1))
+        manifest.update(stamp, seconds=round(time.monotonic() - started, 1))
         shutil.rmtree(partial / "work")
         _write_json(partial / "manifest.json", manifest)
         _replace_dir(partial, data_dir)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    _print_summary(console, manifest, data_dir)
+    print_summary(console, manifest, data_dir)
     return manifest
 
 
@@ -133,8 +130,8 @@ def _build_data_folder(data: DataConfig, max_positions: int, corpora: list[dict[
             corpus_counts["max_positions"] = dropped
         if train["pairs"] == 0:
             raise MtxError(
-                f"No training pairs are left after filtering {_origins(corpora, 'train')}: "
-                f"{_describe_drops(sum(counts, Counter()))}. Every pair the other filters kept has a side longer "
+                f"No training pairs are left after filtering {origins(corpora, 'train')}: "
+                f"{describe_drops(sum(counts, Counter()))}. Every pair the other filters kept has a side longer "
                 f"than model.max_positions = {max_positions} BPE tokens (EOS included): raise "
                 "model.max_positions, or check the files."
             )
@@ -144,7 +141,7 @@ def _build_data_folder(data: DataConfig, max_positions: int, corpora: list[dict[
             splits[split], _ = _encode_split(split, [(texts[split], None, None)], pairs, None, dtype, out, pool,
                                              workers, progress)
             splits[split]["invalid_utf8_replaced"] = sum(c["invalid_utf8"] for c in read[split] if c is not None)
-    return _manifest(data, corpora, tokenizer, dtype, sample, counts, read, max_positions, splits)
+    return build_manifest(data, corpora, tokenizer, dtype, sample, counts, read, max_positions, splits)
 
 
 def _work_files(out: Path, corpus: int) -> tuple[Path, Path]:
@@ -160,58 +157,6 @@ def _write_gold_alignments(split: str, streams: list[SplitStream | None], read: 
         return
     assert all(c["read"] == len(s.alignments) and not c["malformed"] for s, c in present), "alignments out of step"
     _write_lines_to(out / f"{split}.align", [line for stream, _ in present for line in stream.alignments])
-
-
-def _manifest(data: DataConfig, corpora: list[dict[str, SplitStream]], tokenizer: Tokenizer, dtype: str,
-              sample: int, counts: list[Counter], read: dict[str, list[Counter | None]], max_positions: int,
-              splits: dict[str, dict[str, int]]) -> dict[str, Any]:
-    """What was prepared from what, and what each filter dropped, in all and per corpus (the fingerprint is
-    added by `prepare`). The corpora are listed in the order their pairs follow one another in every split."""
-    named = data.corpora
-    kinds = {corpus.kind for corpus in named}
-    bpe = ({"from": data.bpe.from_} if data.bpe.from_ is not None else
-           {"vocab_size_requested": data.bpe.vocab_size, "min_frequency": data.bpe.min_frequency,
-            "sampled_pairs": sample})
-    return {
-        "mtx_version": __version__,
-        "format": FORMAT,
-        "source": {"kind": kinds.pop() if len(kinds) == 1 else "mixed", **{s: _origins(corpora, s) for s in splits}},
-        "corpora": [_corpus_entry(corpus, streams, corpus_counts, {s: read[s][i] for s in read})
-                    for i, (corpus, streams, corpus_counts) in enumerate(zip(named, corpora, counts, strict=True))],
-        "src_lang": data.src_lang,
-        "tgt_lang": data.tgt_lang,
-        "vocab_size": tokenizer.vocab_size,
-        "token_dtype": dtype,
-        "tokenizer_sha256": tokenizer.sha256,
-        "bpe": bpe,
-        "filter": {**_filter_counts(sum(counts, Counter())), "max_positions": max_positions},
-        "splits": splits,
-    }
-
-
-def _corpus_entry(corpus: CorpusConfig, streams: dict[str, SplitStream], counts: Counter,
-                  read: dict[str, Counter | None]) -> dict[str, Any]:
-    """A corpus in the manifest: its origin and pairs per split it has (train's are those kept), its filter
-    counts, and its tag and weight as prepared (`mtx train` takes the weight from the recipe)."""
-    filtered = _filter_counts(counts)
-    pairs = {"train": filtered["kept"], **{split: c["read"] for split, c in read.items() if c is not None}}
-    return {"name": corpus.name, "kind": corpus.kind, "tag": corpus.tag, "weight": corpus.weight,
-            "splits": {split: {"origin": streams[split].origin, "pairs": pairs[split]} for split in streams},
-            "filter": filtered}
-
-
-def _filter_counts(counts: Counter) -> dict[str, Any]:
-    """Training pairs read, dropped by each filter, remaining after each, kept."""
-    remaining, after = {}, counts["read"]
-    for name in FILTERS:
-        after -= counts[name]
-        remaining[name] = after
-    return {"read": counts["read"], "dropped": {n: counts[n] for n in FILTERS}, "remaining": remaining,
-            "kept": after}
-
-
-def _origins(corpora: list[dict[str, SplitStream]], split: str) -> str:
-    return "; ".join(streams[split].origin for streams in corpora if split in streams)
 
 
 # ------------------------------------------------------------------------------------------------ clean
@@ -234,7 +179,7 @@ def _clean_train(streams: list[SplitStream], filt: FilterConfig, out: Path, pool
     if not keep.any():
         raise MtxError(
             f"No training pairs are left after filtering {'; '.join(stream.origin for stream in streams)}: "
-            f"{_describe_drops(sum(counts, Counter()))}. Check the files and data.filter (min_len, max_len, "
+            f"{describe_drops(sum(counts, Counter()))}. Check the files and data.filter (min_len, max_len, "
             "max_ratio)."
         )
     return counts, keeps
@@ -336,11 +281,6 @@ def _first_occurrences(hashes: np.ndarray) -> np.ndarray:
     keep = np.zeros(len(hashes), dtype=bool)
     keep[np.unique(hashes, return_index=True)[1]] = True
     return keep
-
-
-def _describe_drops(counts: Counter) -> str:
-    drops = ", ".join(f"{counts[n]:,} {n.replace('_', ' ')}" for n in FILTERS if counts[n])
-    return f"{counts['read']:,} read" + (f"; dropped {drops}" if drops else "")
 
 
 # ---------------------------------------------------------------------------------------------- encode
@@ -516,50 +456,6 @@ def _replace_dir(new: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
-    """What the prepared data depends on: the data section, the model's max_positions (the token-length filter;
-    no other model or train setting) and the input files, data.bpe.from's included.
-
-    Not the corpora's weights, which `mtx train` applies (a new weight needs no new data), nor the BPE's
-    settings when data.bpe.from replaces them; and a demo source's domain only where it is not "all", so that
-    recipes written before domains existed keep their fingerprint, and their prepared data stays up to date.
-    """
-    section = strip_nones(as_mapping(data))
-    for corpus in section.get("sources", []):
-        del corpus["weight"]
-    for source in [section.get("source"), *section.get("sources", [])]:
-        if source is not None and source.get("demo", {}).get("domain") == "all":
-            del source["demo"]["domain"]
-    if data.bpe.from_ is not None:
-        section["bpe"] = {"from": data.bpe.from_}
-    borrowed = vocabulary_file(data)
-    files = input_files(data) + ([borrowed] if borrowed else [])
-    return {
-        "recipe_sha256": hashlib.sha256(json.dumps({**section, "model.max_positions": max_positions},
-                                                   sort_keys=True).encode()).hexdigest(),
-        "inputs": [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in files if p.is_file()],
-    }
-
-
-def _up_to_date(data_dir: Path, fingerprint: dict[str, Any]) -> bool:
-    """Whether `data_dir` was prepared from the same recipe and inputs and its files pass the reader's check."""
-    try:
-        manifest = load_manifest(data_dir)
-    except (MtxError, json.JSONDecodeError):
-        return False
-    if manifest.get("format") != FORMAT or any(manifest.get(k) != v for k, v in fingerprint.items()):
-        return False
-    try:
-        for split in manifest["splits"]:
-            check_split_files(data_dir, split, manifest)
-    except MtxError:  # damaged: rebuild it, as the reader's message promises
-        return False
-    if manifest["source"]["kind"] == "demo" and not all((data_dir / f"{split}.align").is_file()
-                                                         for split in manifest["splits"] if split != "train"):
-        return False  # prepared before mtx wrote the demo's gold alignments
-    return (data_dir / "tokenizer.json").is_file()
-
-
 # ------------------------------------------------------------------------------------------- reporting
 
 
@@ -568,28 +464,3 @@ def _progress(console: Console) -> Progress:
                     TimeElapsedColumn(), console=console)
 
 
-def _print_summary(console: Console, manifest: dict[str, Any], data_dir: Path) -> None:
-    filters = Table(title="training data filters", title_justify="left")
-    for column in ("step", "dropped", "pairs left"):
-        filters.add_column(column, justify="left" if column == "step" else "right")
-    stats = manifest["filter"]
-    filters.add_row("read", "", f"{stats['read']:,}")
-    for name in FILTERS:
-        step = f"over {stats['max_positions']:,} tokens" if name == "max_positions" else name.replace("_", " ")
-        filters.add_row(step, f"{stats['dropped'][name]:,}", f"{stats['remaining'][name]:,}")
-    splits = Table(title=f"{data_dir} (vocabulary {manifest['vocab_size']:,}, {manifest['token_dtype']})",
-                   title_justify="left")
-    for column in ("split", "pairs", f"{manifest['src_lang']} tokens", f"{manifest['tgt_lang']} tokens",
-                   "tokens/sentence"):
-        splits.add_column(column, justify="left" if column == "split" else "right")
-    for split, info in manifest["splits"].items():
-        per = (info["src_tokens"] + info["tgt_tokens"]) / max(2 * info["pairs"], 1)
-        splits.add_row(split, f"{info['pairs']:,}", f"{info['src_tokens']:,}", f"{info['tgt_tokens']:,}",
-                       f"{per:.1f}")
-    console.print(filters)
-    for corpus in manifest["corpora"] if len(manifest["corpora"]) > 1 else []:
-        tag = f", tagged {corpus['tag']}" if corpus["tag"] else ""
-        console.print(f"  {corpus['name']}: {corpus['filter']['kept']:,} of {corpus['filter']['read']:,} training "
-                      f"pairs kept{tag}, weight {corpus['weight']}")
-    console.print(splits)
-    console.print(f"prepared in {manifest['seconds']:.1f}s")

@@ -50,6 +50,8 @@ def model_card(checkpoint_path: Path, checkpoint: dict[str, Any], target: str, u
     run = run_folder(checkpoint_path, checkpoint["tokenizer"])
     averaged = checkpoint.get("averaged_from")
     origin = f" (the average of {len(averaged)} checkpoints)" if averaged else ""
+    if "ema_decay" in checkpoint:
+        origin += f", its exponential moving average of the weights (decay {checkpoint['ema_decay']:g})"
     lines = [
         f"# {recipe['name']}: {data['src_lang']} → {data['tgt_lang']} translation (mtx, {target})",
         "",

@@ -10,6 +10,9 @@ A fine-tuned model must read the parent's token ids and hold its weights: the da
 tokenizer (`data.bpe.from`), and the model has the parent's shape — the recipe's model section must match it,
 and a recipe without one takes the parent's (or, once the run has checkpoints, its own newest's). Both are
 checked before any work: when the recipe is read (the file, the shape) and when training starts (the data).
+
+torch and the checkpoint code are imported only where a recipe fine-tunes, so that `mtx config` and
+`mtx prepare` read every other recipe as fast as before.
 """
 
 from __future__ import annotations
@@ -23,9 +26,6 @@ from mtx.errors import MtxError
 
 if TYPE_CHECKING:
     from mtx.tokenizer import Tokenizer
-
-# torch and the checkpoint code are imported only where a recipe fine-tunes: `mtx config` and `mtx prepare` read
-# every other recipe as fast as before.
 
 # The parts of a parent's progress that belong to the parent's run, not to the one that continues its training:
 # the best score and patience (of another valid set, maybe), the milestones, the clock that train.max_time counts.

@@ -41,7 +41,7 @@ from rich.console import Console
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from mtx.checkpoint import describe_weights, inference_weights
+from mtx.checkpoint import describe_checkpoint, inference_weights
 from mtx.config.recipe import ModelConfig, Recipe, TrainConfig, parse_duration
 from mtx.data.batching import Batch, BatchPlan, collate, in_background
 from mtx.data.prepared import load_manifest, load_split
@@ -191,8 +191,8 @@ class Trainer:
         self.model.load_state_dict(inference_weights(checkpoint))
         if self.ema is not None:
             self.ema.restart_from_weights()
-        self.log.say(f"Fine-tuning from {path} (step {checkpoint['step']}, its {describe_weights(checkpoint)}); the "
-                     "optimizer, the schedule and the data start fresh.")
+        self.log.say(f"Fine-tuning from {path} ({describe_checkpoint(checkpoint)}); the optimizer, the schedule "
+                     "and the data start fresh.")
         return {}
 
     def _take_this_sessions_shape(self) -> None:
