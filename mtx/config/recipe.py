@@ -450,7 +450,17 @@ class DecodeConfig:
     max_len_a: float = setting(1.0, "Output at most a · source tokens + b tokens (EOS not counted).")
     max_len_b: int = setting(50, "See max_len_a.")
     min_len: int = setting(0, "Output at least this many tokens before EOS.")
-    nbest: int = setting(1, "Translations kept per sentence, best first.")
+    nbest: int = setting(1, "Translations kept per sentence, best first (with sampling: samples per sentence).")
+    sampling: bool = setting(
+        False, "Draw each token from the model's distribution instead of searching (back-translation, Edunov et al. "
+        "2018). A line's samples depend on seed, its index in the input and the model only.")
+    topk: int | None = setting(None, "With sampling: draw from the k most probable tokens only [default: all].")
+    topp: float = setting(
+        1.0, "With sampling: draw from the fewest most probable tokens whose probabilities sum to at least p "
+        "(nucleus sampling); 1: all.")
+    temperature: float = setting(
+        1.0, "With sampling: divide the log-probabilities by T before drawing: below 1 sharper, above 1 flatter.")
+    seed: int = setting(1, "With sampling: the seed of the draws.")
 
     @classmethod
     def of_checkpoint(cls, checkpoint: dict[str, Any], **overrides: Any) -> DecodeConfig:
@@ -475,15 +485,24 @@ class DecodeConfig:
         problems = [
             (self.lenpen_style in styles, "lenpen_style", f"is not one of {', '.join(styles)}"),
             (self.beam >= 1, "beam", "must be at least 1"),
-            (1 <= self.nbest <= self.beam, "nbest", f"must be between 1 and {spell('beam')} ({self.beam})"),
+            (self.nbest >= 1 and (self.sampling or self.nbest <= self.beam), "nbest",
+             f"must be between 1 and {spell('beam')} ({self.beam})" if not self.sampling else "must be at least 1"),
             (self.lenpen >= 0, "lenpen", "must be ≥ 0"),
             (self.max_len_a >= 0, "max_len_a", "must be ≥ 0"),
             (self.max_len_b >= 1, "max_len_b", "must be at least 1"),
             (self.min_len >= 0, "min_len", "must be ≥ 0"),
+            (self.topk is None or self.topk >= 1, "topk", "must be at least 1 (leave it unset to draw from all)"),
+            (0 < self.topp <= 1, "topp", "must be in (0, 1]"),
+            (self.temperature > 0, "temperature", "must be positive"),
         ]
         for ok, name, what in problems:
             if not ok:
                 raise error(f"{spell(name)}{separator}{getattr(self, name)!r} {what}.")
+        if not self.sampling:
+            for name, unset in (("topk", None), ("topp", 1.0), ("temperature", 1.0)):
+                if getattr(self, name) != unset:
+                    raise error(f"{spell(name)}{separator}{getattr(self, name)!r} applies only with "
+                                f"{spell('sampling')}.")
 
 
 # -------------------------------------------------------------------------------------------------- recipe

@@ -9,6 +9,8 @@ line (mtx.decode.output), so the output has exactly the input's lines, in its or
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import os
 import queue
 import sys
@@ -62,6 +64,29 @@ def translate(
         int | None, typer.Option(help="Print the N best, each line 'score<TAB>text' pairs joined by tabs (N > 1). "
                                  "[default: recipe's, 1]")
     ] = None,
+    sampling: Annotated[bool | None, typer.Option(
+        "--sampling", help="Draw each token from the model's distribution instead of searching (back-translation); "
+        "--nbest N draws N samples. A line's samples depend on --seed, its index in the input and the model only, "
+        "not on --batch-tokens, --threads or the device. [default: the recipe's, off]", show_default=False)] = None,
+    topk: Annotated[int | None, typer.Option(
+        metavar="K", help="With --sampling: draw from the K most probable tokens only. [default: all]")] = None,
+    topp: Annotated[float | None, typer.Option(
+        metavar="P", help="With --sampling: draw from the fewest most probable tokens whose probabilities sum to at "
+        "least P (nucleus sampling). [default: 1, all]")] = None,
+    temperature: Annotated[float | None, typer.Option(
+        metavar="T", help="With --sampling: divide the log-probabilities by T: below 1 sharper, above 1 flatter. "
+        "[default: 1]")] = None,
+    seed: Annotated[int | None, typer.Option(help="With --sampling: the seed of the draws. [default: 1]")] = None,
+    line_offset: Annotated[int, typer.Option(
+        metavar="N", help="The index of the input's first line in a larger file it was cut from, so that a shard's "
+        "samples are those the whole file would get (split -l L; shard k takes --line-offset k·L).")] = 0,
+    prefix: Annotated[Path | None, typer.Option(
+        metavar="FILE", help="A target prefix per input line (an empty line: none): each translation starts with "
+        "exactly that text, and the search goes on from it.")] = None,
+    score_reference: Annotated[Path | None, typer.Option(
+        metavar="FILE", help="Score the given translation of each line (one per line) instead of searching: "
+        "'score<TAB>text', the score log P(Y|X) / lp(|Y|) that beam search would give it (--lenpen, "
+        "--lenpen-style); --format jsonl adds log_prob and each token's log-probability.")] = None,
     batch_tokens: Annotated[
         int, typer.Option(help="Batch size: sentences × max(source length, output limit), EOS included.")
     ] = 4096,
@@ -100,11 +125,13 @@ def translate(
     Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
     """
     chosen = dict(beam=beam, lenpen=lenpen, lenpen_style=lenpen_style, max_len_a=max_len_a, max_len_b=max_len_b,
-                  min_len=min_len, nbest=nbest)
+                  min_len=min_len, nbest=nbest, sampling=sampling, topk=topk, topp=topp, temperature=temperature,
+                  seed=seed)
     options = {k: v for k, v in chosen.items() if v is not None}
     translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
                    threads=threads, errors=errors, log=sys.stderr.write, alignment=alignment,
-                   alignment_layer=alignment_layer, output_format=format_)
+                   alignment_layer=alignment_layer, output_format=format_, line_offset=line_offset,
+                   prefix_path=prefix, reference_path=score_reference)
 
 
 def check_choice(flag: str, value: str, allowed: object) -> None:
@@ -169,7 +196,8 @@ def read_ahead(lines: Iterable[str], window: int) -> Iterator[list[str]]:
 def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_path: Path | None, *,
                    options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
                    threads: int | None, errors: Errors, log: Callable[[str], None], alignment: bool = False,
-                   alignment_layer: int | None = None, output_format: OutputFormat = "text") -> TranslationStats:
+                   alignment_layer: int | None = None, output_format: OutputFormat = "text", line_offset: int = 0,
+                   prefix_path: Path | None = None, reference_path: Path | None = None) -> TranslationStats:
     """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
 
     Several `checkpoints` translate as one ensemble (mtx.decode.ensemble), every model on the same device in the same
@@ -177,7 +205,9 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     recipe (`decode:`), then from the paper's defaults (DecodeConfig's), so a checkpoint whose recipe predates a
     field still translates. `alignment` adds word alignments from the decoder layer `alignment_layer` (0-based;
     None: `default_alignment_layer`) of the first model, which only applies with it. `output_format` "jsonl"
-    writes `json_line`s instead of text lines.
+    writes `json_line`s instead of text lines. `line_offset` is the index of the input's first line in a larger
+    file (sampling's draws depend on it). `prefix_path` gives a target prefix per line; `reference_path` a
+    translation per line to score instead of searching (`Translator.score`).
     """
     import torch
 
@@ -204,6 +234,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
         if not 1 <= threads <= 4 * cores:
             raise MtxError(f"--threads {threads} must be between 1 and 4 × this machine's {cores} cores.")
         torch.set_num_threads(threads)
+    companion = _companion_file(input_path, prefix_path, reference_path, options, alignment, line_offset)
     target = choose_device(device, "--device")
     models, tokenizer, loaded = load_models(checkpoints)
     for path, checkpoint in zip(checkpoints, loaded, strict=True):
@@ -222,21 +253,45 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             return json_line(nbest, tokenizer, with_scores, alignment)
         return format_nbest(nbest, with_scores, alignment)
 
+    def scored_line(scored: Translation | None) -> str:
+        if output_format == "text":
+            return "" if scored is None else f"{scored.score:.4f}\t{scored.text}"
+        line = json.loads(json_line([] if scored is None else [scored], tokenizer, False, False))
+        return json.dumps({**line, "log_prob": None if scored is None else sum(scored.token_log_probs)},
+                          ensure_ascii=False)
+
+    def output_lines(window: list[str], given: list[str], first_line: int) -> list[str]:
+        if reference_path is not None:
+            return [scored_line(scored) for scored in translator.score(window, given)]
+        nbests = translator.translate(window, first_line, prefixes=given or None)
+        return [output_line(nbest) for nbest in nbests]
+
     with contextlib.ExitStack() as files:
         source = files.enter_context(open(input_path, "rb")) if input_path is not None else sys.stdin.buffer
         sink = files.enter_context(open(output_path, "wb")) if output_path is not None else sys.stdout.buffer
         lines = read_lines(source, str(input_path or "standard input"), errors)
+        given_lines = iter(()) if companion is None else read_lines(
+            files.enter_context(open(companion[1], "rb")), str(companion[1]), errors)
+        done = 0
         try:
             for window in read_ahead(lines, READ_AHEAD_LINES):
-                nbests = translator.translate(window)
-                sink.write("".join(f"{output_line(nbest)}\n" for nbest in nbests).encode())
+                given = list(itertools.islice(given_lines, len(window))) if companion is not None else []
+                if companion is not None and len(given) < len(window):
+                    raise MtxError(f"{companion[0]} {companion[1]} has {done + len(given):,} lines, but the input has "
+                                   f"more: its line {done + len(given) + 1:,} has no line of {companion[1]} to go with "
+                                   "it. Give one line per input line (an empty line: none).")
+                sink.write("".join(f"{line}\n" for line in output_lines(window, given, line_offset + done)).encode())
                 sink.flush()
+                done += len(window)
                 if show_progress:
                     log(f"\r{translator.stats.summary()}")
         except BrokenPipeError:
             # The reader of standard output left (`mtx translate ... | head`): stop quietly, as Unix tools do,
             # with standard output pointed at /dev/null so that Python's final flush does not complain.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if companion is not None and next(given_lines, None) is not None:
+            raise MtxError(f"{companion[0]} {companion[1]} has more lines than the input's {done:,}: give one line per "
+                           "input line.")
     stats = translator.stats
     if show_progress:
         log("\n")
@@ -246,3 +301,34 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             "lines to translate them whole.\n")
     log(f"translated {stats.summary()}\n")
     return stats
+
+
+def _companion_file(input_path: Path | None, prefix_path: Path | None, reference_path: Path | None,
+                    options: dict[str, object], alignment: bool, line_offset: int) -> tuple[str, Path] | None:
+    """(its flag, the file) of --prefix or --score-reference, once the options are known to agree; line counts
+    are compared before any decoding where the input is a file (standard input is checked as it is read)."""
+    from mtx.data.corpora import count_lines
+
+    if line_offset < 0:
+        raise MtxError(f"--line-offset {line_offset} must be ≥ 0: the index of the input's first line in the file "
+                       "it was cut from.")
+    if options.get("sampling") and options.get("beam", 1) != 1:
+        raise MtxError(f"--sampling draws each token, --beam {options['beam']} searches: give one or the other "
+                       "(with --sampling, --nbest N draws N samples).")
+    if prefix_path is not None and reference_path is not None:
+        raise MtxError("--prefix and --score-reference do not go together: a given translation is scored whole.")
+    if reference_path is not None:
+        contradicting = [flag for flag, on in (("--sampling", options.get("sampling")), ("--alignment", alignment),
+                                               ("--nbest", options.get("nbest", 1) != 1)) if on]
+        if contradicting:
+            raise MtxError(f"--score-reference scores the given translations and searches for none: "
+                           f"{', '.join(contradicting)} do not apply to it.")
+    flag, path = ("--prefix", prefix_path) if prefix_path is not None else ("--score-reference", reference_path)
+    if path is None:
+        return None
+    if not path.is_file():
+        raise MtxError(f"{flag} {path} does not exist: pass a text file with one line per input line.")
+    if input_path is not None and (theirs := count_lines(path)) != (ours := count_lines(input_path)):
+        raise MtxError(f"{flag} {path} has {theirs:,} lines but the input {input_path} has {ours:,}: give one line "
+                       "per input line (an empty line: none).")
+    return flag, path

@@ -1,8 +1,10 @@
-"""Greedy and beam search over any model that decodes one token at a time (`IncrementalDecoder`).
+"""Greedy, beam and sampling search over any model that decodes one token at a time (`IncrementalDecoder`).
 
-Both searches decode a whole batch at once. Beam search keeps `beam` open hypotheses per sentence as rows of one
+Each decodes a whole batch at once. Beam search keeps `beam` open hypotheses per sentence as rows of one
 (sentences × beam) batch, so every step is a handful of tensor operations whatever the batch size; Python only
 touches the hypotheses that end (to set them aside) and the sentences that finish (to drop them from the batch).
+Sampling draws each token from the model's distribution (mtx.decode.sampling), reproducibly per input line. Any
+of them can be given a target prefix per sentence, which the translation then starts with.
 
 Conventions shared with the trainer: decoding starts from BOS; a hypothesis ends with EOS, which is not part of
 its tokens but whose log-probability counts in its score (as in fairseq). A sentence may produce at most
@@ -16,6 +18,7 @@ Both are 1 for α = 0, which makes the score the plain log-probability.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -23,6 +26,7 @@ import torch
 from torch import Tensor
 
 from mtx.config.recipe import LengthPenaltyStyle
+from mtx.decode.sampling import draw, filtered, uniforms
 from mtx.tokenizer import BOS, EOS, PAD
 
 CacheT = TypeVar("CacheT", bound="DecoderCache")
@@ -90,12 +94,21 @@ def length_penalty(length: Tensor | float, alpha: float, style: LengthPenaltySty
     raise ValueError(f"unknown length penalty style {style!r}")
 
 
-def constrain(log_probs: Tensor, step: int, min_len: int, max_len: Tensor) -> Tensor:
-    """Forbid what may not come next, in place: PAD and BOS always, EOS before `min_len` tokens, and anything
-    but EOS once a row has `max_len` tokens (the length cap wins over `min_len`).
+def constrain(log_probs: Tensor, step: int, min_len: int, max_len: Tensor, forced: Tensor | None = None) -> Tensor:
+    """Forbid what may not come next, in place: PAD and BOS always, EOS before `min_len` tokens, anything
+    but EOS once a row has `max_len` tokens (the length cap wins over `min_len`), and anything but the prefix's
+    token while a row is inside its target prefix.
 
-    log_probs: (N, V) for the token at position `step`, i.e. after `step` tokens; max_len: (N,) per row.
+    log_probs: (N, V) for the token at position `step`, i.e. after `step` tokens; max_len: (N,) per row;
+    forced: (N, P) each row's prefix, PAD after its end (None: no prefixes). A prefix fits its row's max_len.
     """
+    if forced is not None and step < forced.shape[1]:
+        token = forced[:, step]
+        inside = token != PAD
+        if bool(inside.any()):
+            keep = log_probs[inside].gather(1, token[inside].unsqueeze(1))
+            log_probs[inside] = torch.full_like(log_probs[inside], -torch.inf).scatter_(1, token[inside].unsqueeze(1),
+                                                                                        keep)
     at_limit = max_len <= step
     if step < min_len:
         log_probs[:, EOS].masked_fill_(~at_limit, -torch.inf)
@@ -114,43 +127,98 @@ def _start(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_
     return model.init_state(memory, src_pad, max_len=int(max_len.max()) + 1)
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How `sample_search` draws (mtx.decode.sampling): the seed, and the filters of each step's distribution.
+    `lines` (B,) is each sentence's index in the input, which its draws depend on rather than on its batch."""
+
+    seed: int
+    lines: Tensor
+    temperature: float = 1.0
+    topk: int = 0  # 0: every token
+    topp: float = 1.0  # 1: no nucleus filter
+
+
 @torch.inference_mode()
 def greedy_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, min_len: int = 0,
-                  lenpen: float = 0.0, lenpen_style: LengthPenaltyStyle = "gnmt") -> list[list[Hypothesis]]:
+                  lenpen: float = 0.0, lenpen_style: LengthPenaltyStyle = "gnmt",
+                  prefix: Tensor | None = None) -> list[list[Hypothesis]]:
     """The most probable token at every step; a sentence leaves the batch as soon as it produces EOS.
 
-    src, src_pad: (B, S); max_len: (B,) the most tokens each sentence may produce before EOS.
+    src, src_pad: (B, S); max_len: (B,) the most tokens each sentence may produce before EOS; prefix: (B, P)
+    each sentence's target prefix, PAD after it (None: none), which its translation starts with.
     Returns for each sentence a one-element n-best list, scored as beam search scores it.
     """
-    batch = src.shape[0]
+    found = _one_path_each(model, src, src_pad, max_len, lambda scores, rows, step: scores.max(dim=-1)[1],
+                           min_len=min_len, lenpen=lenpen, lenpen_style=lenpen_style, prefix=prefix)
+    return [[hypothesis] for hypothesis in found]
+
+
+@torch.inference_mode()
+def sample_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, samples: int,
+                  sampling: Sampling, min_len: int = 0, lenpen: float = 0.0, lenpen_style: LengthPenaltyStyle = "gnmt",
+                  prefix: Tensor | None = None) -> list[list[Hypothesis]]:
+    """`samples` translations of each sentence, each token drawn from the model's distribution as `sampling`
+    filters it, by draws that depend on (seed, line, sample, step) alone (mtx.decode.sampling). Each is scored
+    as beam search would score it, by the model's own log-probabilities; best first.
+
+    Each sample is decoded as a sentence of its own (the source repeated `samples` times): samples end at
+    different steps, and the decoder's cache keeps a sentence's rows together.
+    """
+    lines = sampling.lines.to(src.device).repeat_interleave(samples)
+    copy = torch.arange(samples, device=src.device).repeat(src.shape[0])
+
+    def pick(scores: Tensor, rows: Tensor, step: int) -> Tensor:
+        u = uniforms(sampling.seed, lines[rows], copy[rows], step)
+        return draw(filtered(scores, sampling.temperature, sampling.topk, sampling.topp), u)
+
+    def repeat(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.repeat_interleave(samples, dim=0)
+
+    found = _one_path_each(model, repeat(src), repeat(src_pad), repeat(max_len), pick, min_len=min_len,
+                           lenpen=lenpen, lenpen_style=lenpen_style, prefix=repeat(prefix))
+    return [sorted(found[i : i + samples], key=lambda h: -h.score) for i in range(0, len(found), samples)]
+
+
+def _one_path_each(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor,
+                   pick: Callable[[Tensor, Tensor, int], Tensor], *, min_len: int, lenpen: float,
+                   lenpen_style: LengthPenaltyStyle, prefix: Tensor | None) -> list[Hypothesis]:
+    """One translation per sentence, `pick(log_probs, rows, step)` choosing each open sentence's next token from
+    its constrained log-probabilities (`rows`: the open sentences' indices in the batch). A sentence leaves the
+    batch as soon as it produces EOS."""
+    batch, device = src.shape[0], src.device
     state = _start(model, src, src_pad, max_len)
-    sentence = torch.arange(batch, device=src.device)  # which input sentence each row decodes
-    row_max_len = max_len.to(src.device)
+    rows = torch.arange(batch, device=device)  # which input sentence each row decodes
+    row_max_len = max_len.to(device)
+    forced = None if prefix is None else prefix.to(device)
     tokens = src.new_zeros(batch, int(max_len.max()) + 1)
-    token_log_probs = torch.zeros(tokens.shape, device=src.device)
-    log_prob = torch.zeros(batch, device=src.device)
+    token_log_probs = torch.zeros(tokens.shape, device=device)
+    log_prob = torch.zeros(batch, device=device)
     prev = src.new_full((batch,), BOS)
-    results: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    results: list[Hypothesis | None] = [None] * batch
     for step in range(tokens.shape[1]):
         log_probs, state = model.decode_step(prev, state)
-        best, prev = constrain(log_probs, step, min_len, row_max_len).max(dim=-1)
-        log_prob += best
-        tokens[:, step], token_log_probs[:, step] = prev, best
+        scores = constrain(log_probs, step, min_len, row_max_len, forced)
+        prev = pick(scores, rows, step)
+        chosen = scores.gather(1, prev.unsqueeze(1)).squeeze(1)
+        log_prob += chosen
+        tokens[:, step], token_log_probs[:, step] = prev, chosen
         ended = prev == EOS
         if not bool(ended.any()):
             continue
-        scores = log_prob[ended] / length_penalty(step + 1.0, lenpen, lenpen_style)
+        ended_scores = log_prob[ended] / length_penalty(step + 1.0, lenpen, lenpen_style)
         ended_tokens, ended_log_probs = tokens[ended, :step].tolist(), token_log_probs[ended, : step + 1].tolist()
-        for i, row_tokens, score, row_log_probs in zip(sentence[ended].tolist(), ended_tokens, scores.tolist(),
+        for i, row_tokens, score, row_log_probs in zip(rows[ended].tolist(), ended_tokens, ended_scores.tolist(),
                                                        ended_log_probs, strict=True):
-            results[i] = [Hypothesis(row_tokens, score, row_log_probs)]
+            results[i] = Hypothesis(row_tokens, score, row_log_probs)
         keep = (~ended).nonzero().squeeze(1)
         if keep.numel() == 0:
             break
         state = state.reorder(keep, keep)
-        sentence, row_max_len, tokens, token_log_probs, log_prob, prev = (
-            t[keep] for t in (sentence, row_max_len, tokens, token_log_probs, log_prob, prev)
+        rows, row_max_len, tokens, token_log_probs, log_prob, prev = (
+            t[keep] for t in (rows, row_max_len, tokens, token_log_probs, log_prob, prev)
         )
+        forced = None if forced is None else forced[keep]
     return results
 
 
@@ -265,7 +333,7 @@ def set_aside(finished: list[Finished], worst_kept: Tensor, endings: Endings, lp
 @torch.inference_mode()
 def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int,
                 lenpen: float, lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0,
-                nbest: int = 1) -> list[list[Hypothesis]]:
+                nbest: int = 1, prefix: Tensor | None = None) -> list[list[Hypothesis]]:
     """Beam search as fairseq and Sockeye do it, plus an early stop that never changes the result.
 
     Each step extends every open hypothesis by every token and takes the 2K best of each sentence. An EOS
@@ -277,7 +345,9 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
     score of at most s / lp(max_len + 1). A complete sentence leaves the batch, so the work follows the
     sentences still being decoded.
 
-    src, src_pad: (B, S); max_len: (B,) the most tokens each sentence may produce before EOS.
+    src, src_pad: (B, S); max_len: (B,) the most tokens each sentence may produce before EOS; prefix: (B, P)
+    each sentence's target prefix, PAD after it (None: none): while a sentence is inside it, its one open
+    beam can only extend by the prefix's token, so the search goes on from the prefix as from BOS.
     Returns for each sentence its `nbest` best hypotheses, best first.
     """
     if not 1 <= nbest <= beam:
@@ -291,6 +361,7 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
     log_probs, state = log_probs[to_beams], state.reorder(to_beams)
     sentence = torch.arange(batch, device=device)  # which input sentence each open sentence is
     max_len = max_len.to(device)
+    prefix = None if prefix is None else prefix.to(device)
     # Only the first of a sentence's identical beams may extend, or the first step would fill the beam with K
     # copies of the same best token.
     beam_scores = torch.full((batch, beam), -torch.inf, device=device)
@@ -306,7 +377,8 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
     for step in range(tokens.shape[1]):
         if step > 0:
             log_probs, state = model.decode_step(tokens[:, step - 1], state)
-        constrain(log_probs, step, min_len, max_len.repeat_interleave(beam))
+        forced = None if prefix is None else prefix.repeat_interleave(beam, dim=0)
+        constrain(log_probs, step, min_len, max_len.repeat_interleave(beam), forced)
         scores, parent, token = top_candidates(beam_scores, log_probs, beam)
         parent_row = parent + torch.arange(0, len(sentence) * beam, beam, device=device).unsqueeze(1)
 
@@ -329,6 +401,7 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
             sentence, max_len, ended_count, beam_scores, parent_row, token = (
                 t[keep] for t in (sentence, max_len, ended_count, beam_scores, parent_row, token)
             )
+            prefix = None if prefix is None else prefix[keep]
         rows = parent_row.flatten()
         state = state.reorder(rows, keep)
         tokens, running_log_probs = tokens[rows], running_log_probs[rows]
@@ -337,10 +410,15 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
 
 
 def search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int,
-           lenpen: float, lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0,
-           nbest: int = 1) -> list[list[Hypothesis]]:
-    """Greedy search for beam 1 (the same result, without the beam bookkeeping), beam search otherwise."""
+           lenpen: float, lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0, nbest: int = 1,
+           prefix: Tensor | None = None, sampling: Sampling | None = None) -> list[list[Hypothesis]]:
+    """`nbest` samples with `sampling`; else greedy search for beam 1 (the same result as beam search, without
+    the beam bookkeeping), beam search otherwise. Each translation starts with its sentence's `prefix`."""
+    if sampling is not None:
+        return sample_search(model, src, src_pad, max_len, samples=nbest, sampling=sampling, min_len=min_len,
+                             lenpen=lenpen, lenpen_style=lenpen_style, prefix=prefix)
     if beam == 1:
-        return greedy_search(model, src, src_pad, max_len, min_len=min_len, lenpen=lenpen, lenpen_style=lenpen_style)
+        return greedy_search(model, src, src_pad, max_len, min_len=min_len, lenpen=lenpen, lenpen_style=lenpen_style,
+                             prefix=prefix)
     return beam_search(model, src, src_pad, max_len, beam=beam, lenpen=lenpen, lenpen_style=lenpen_style,
-                       min_len=min_len, nbest=nbest)
+                       min_len=min_len, nbest=nbest, prefix=prefix)

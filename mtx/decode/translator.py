@@ -33,7 +33,8 @@ from mtx.config.recipe import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
 from mtx.decode.alignment import Alignment, RememberedEncoding, align_hypotheses
 from mtx.decode.ensemble import Ensemble
-from mtx.decode.search import Hypothesis, search
+from mtx.decode.scoring import score_targets
+from mtx.decode.search import Hypothesis, Sampling, search
 from mtx.devices import available_memory, choose_dtype, half_precision_model
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
@@ -108,20 +109,28 @@ class Translator:
         self.max_positions: int = min(model.cfg.max_positions for model in self.models)
         self.device = next(first.parameters()).device
 
-    def translate(self, sentences: list[str]) -> list[list[Translation]]:
-        """The n-best translations of each sentence, best first; an empty sentence gets an empty list."""
+    def translate(self, sentences: list[str], first_line: int = 0,
+                  prefixes: list[str] | None = None) -> list[list[Translation]]:
+        """The n-best translations of each sentence, best first; an empty sentence gets an empty list.
+
+        `first_line`: the index of the first sentence in the whole input, which sampling's draws depend on.
+        `prefixes`: a target prefix per sentence ("": none), which its translations start with.
+        """
         started = time.perf_counter()
         texts = [normalize_text(s) for s in sentences]
         todo = [i for i, text in enumerate(texts) if text]
         sources = [self._source(ids) for ids in self.tokenizer.encode_batch([texts[i] for i in todo])]
         limits = [self._output_limit(len(ids) - 1) for ids in sources]
+        forced = self._prefixes(prefixes, todo, limits, first_line)
         results: list[list[Translation]] = [[] for _ in sentences]
         batches = decoding_batches([len(ids) for ids in sources], limits, self.batch_tokens)
         workers, threads_each = decoding_workers(self.device, torch.get_num_threads(), len(batches))
         self._check_memory([(len(b), max(len(sources[j]) for j in b), max(limits[j] for j in b)) for b in batches],
                            workers)
         decoded_batches = map_in_threads(
-            lambda batch: self._search_batch([sources[j] for j in batch], [limits[j] for j in batch]),
+            lambda batch: self._search_batch([sources[j] for j in batch], [limits[j] for j in batch],
+                                             [first_line + todo[j] for j in batch],
+                                             None if forced is None else [forced[j] for j in batch]),
             batches, workers, threads_each)
         for batch, (nbests, alignments) in zip(batches, decoded_batches, strict=True):
             # Normalised like the training targets, so no output can hold a line break or a tab, even if a
@@ -135,6 +144,34 @@ class Translator:
                                     for h, alignment in zip(nbest, aligned, strict=True)]
                 self.stats.output_tokens += len(nbest[0].tokens)
         self.stats.sentences += len(sentences)
+        self.stats.seconds += time.perf_counter() - started
+        return results
+
+    def score(self, sentences: list[str], translations: list[str]) -> list[Translation | None]:
+        """Each sentence's given translation scored by the model (mtx.decode.scoring): its normalised text, the
+        length-normalised score that search would give it, its tokens and their log-probabilities (EOS last). An
+        empty sentence gets None; an empty translation is scored too (EOS alone)."""
+        started = time.perf_counter()
+        texts, targets = [normalize_text(s) for s in sentences], [normalize_text(t) for t in translations]
+        todo = [i for i, text in enumerate(texts) if text]
+        sources = [self._source(ids) for ids in self.tokenizer.encode_batch([texts[i] for i in todo])]
+        given = [ids[: self.max_positions - 1] for ids in self.tokenizer.encode_batch([targets[i] for i in todo])]
+        batches = decoding_batches([len(ids) for ids in sources], [len(ids) for ids in given], self.batch_tokens)
+        workers, threads_each = decoding_workers(self.device, torch.get_num_threads(), len(batches))
+        d = self.decode
+
+        def score_batch(batch: list[int]) -> list[Hypothesis]:
+            src = padded([sources[j] for j in batch]).to(self.device)
+            decoder = self.models[0] if len(self.models) == 1 else Ensemble(self.models)
+            return score_targets(decoder, src, src == PAD, [given[j] for j in batch], lenpen=d.lenpen,
+                                 lenpen_style=d.lenpen_style)
+
+        results: list[Translation | None] = [None] * len(sentences)
+        for batch, scored in zip(batches, map_in_threads(score_batch, batches, workers, threads_each), strict=True):
+            for j, h in zip(batch, scored, strict=True):
+                results[todo[j]] = Translation(self.tokenizer.decode(h.tokens), h.score, h.tokens, h.token_log_probs)
+        self.stats.sentences += len(sentences)
+        self.stats.output_tokens += sum(len(ids) for ids in given)
         self.stats.seconds += time.perf_counter() - started
         return results
 
@@ -191,8 +228,21 @@ class Translator:
         d = self.decode
         return min(math.floor(d.max_len_a * source_tokens + d.max_len_b), self.max_positions - 1)
 
-    def _search_batch(self, sources: list[list[int]],
-                      limits: list[int]) -> tuple[list[list[Hypothesis]], list[list[Alignment]] | None]:
+    def _prefixes(self, prefixes: list[str] | None, todo: list[int], limits: list[int],
+                  first_line: int) -> list[list[int]] | None:
+        """Each non-empty sentence's prefix as token ids, refused where it is longer than the output may be."""
+        if prefixes is None or not any(prefixes):
+            return None
+        ids = self.tokenizer.encode_batch([normalize_text(prefixes[i]) for i in todo])
+        for j, (prefix, limit) in enumerate(zip(ids, limits, strict=True)):
+            if len(prefix) > limit:
+                raise MtxError(f"--prefix, line {first_line + todo[j] + 1}: the prefix has {len(prefix)} tokens, more "
+                               f"than the {limit} its sentence's translation may have (--max-len-a, --max-len-b and "
+                               "the model's positions): shorten it or raise those.")
+        return ids
+
+    def _search_batch(self, sources: list[list[int]], limits: list[int], lines: list[int],
+                      prefixes: list[list[int]] | None) -> tuple[list[list[Hypothesis]], list[list[Alignment]] | None]:
         """One batch's n-best lists, and their alignments when asked for (None otherwise)."""
         src = padded(sources).to(self.device)
         src_pad, d = src == PAD, self.decode
@@ -201,8 +251,10 @@ class Translator:
         encoding = None if self.alignment_layer is None else RememberedEncoding(first)
         members = [encoding or first, *self.models[1:]]
         decoder = members[0] if len(members) == 1 else Ensemble(members)
+        sampling = None if not d.sampling else Sampling(d.seed, torch.tensor(lines), d.temperature, d.topk or 0, d.topp)
+        prefix = None if prefixes is None or not any(prefixes) else padded(prefixes).to(self.device)
         nbests = search(decoder, src, src_pad, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
-                        lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest)
+                        lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest, prefix=prefix, sampling=sampling)
         if encoding is None:
             return nbests, None
         return nbests, align_hypotheses(first, self.tokenizer, sources, src_pad, encoding.memory, nbests,

@@ -68,7 +68,8 @@ class Validator:
         from mtx.score.metrics import corpus_bleu
 
         rank, world = self.ctx.rank, self.ctx.world
-        decode = dataclasses.replace(self.recipe.decode, beam=self.cfg.valid_beam)
+        decode = dataclasses.replace(self.recipe.decode, beam=self.cfg.valid_beam, sampling=False, topk=None, topp=1.0,
+                                     temperature=1.0)  # valid BLEU measures the search, never a draw
         mine, hyps = self.valid.sources[rank::world], []
         for start in range(0, len(mine), VALID_CHUNK):
             if self.stop_requested():
