@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from test_translate import copy_task, translate_cli
@@ -200,3 +201,63 @@ def test_companion_files_must_match_the_input_line_for_line(copying: dict, tmp_p
     with pytest.raises(MtxError, match=r"--prefix, line 1: the prefix has \d+ tokens, more than the \d+"):
         Translator(copying["model"], copying["tokenizer"]).translate(copying["held_out"][:1],
                                                                      prefixes=["red " * 80])
+
+
+# ---- no repeated n-grams, and flags on doubtful output
+
+
+def test_banned_ngrams_are_the_continuations_of_earlier_occurrences() -> None:
+    from mtx.decode.search import ban_repeated_ngrams
+
+    history = torch.tensor([[5, 6, 7, 5, 6], [5, 6, 7, 8, 9]])
+    log_probs = torch.zeros(2, 10)
+    ban_repeated_ngrams(log_probs, history, 3)  # row 0 ends with "5 6", which was followed by 7
+    assert log_probs[0].isinf().nonzero().flatten().tolist() == [7]
+    assert not log_probs[1].isinf().any()
+    unigrams = torch.zeros(2, 10)
+    ban_repeated_ngrams(unigrams, history, 1)
+    assert unigrams[0].isinf().nonzero().flatten().tolist() == [5, 6, 7]
+
+
+@pytest.mark.parametrize("options", [{}, {"beam": 1}, {"beam": 1, "sampling": True, "temperature": 2.0}])
+def test_no_repeat_ngram_keeps_every_ngram_of_a_translation_unique(copying: dict, options: dict) -> None:
+    sources = ["red red red dog", "red green red green red green"]
+
+    def translated(**more: object) -> list[list[int]]:
+        translator = Translator(copying["model"], copying["tokenizer"], DecodeConfig(**options, **more))
+        return [list(nbest[0].tokens) for nbest in translator.translate(sources)]
+
+    assert any(len(set(tokens)) < len(tokens) for tokens in translated())  # copying repeats
+    for n in (1, 2):
+        for tokens in translated(no_repeat_ngram=n):
+            ngrams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+            assert len(set(ngrams)) == len(ngrams), (n, tokens)
+
+
+def test_flag_rules() -> None:
+    from mtx.decode.flags import FlagThresholds, copied_share, flags, longest_loop, training_statistics
+
+    assert longest_loop([1, 2, 3]) == 1 and longest_loop([4, 4, 4, 1]) == 3 and longest_loop([1, 2, 1, 2, 1, 2]) == 3
+    assert copied_share([1, 2, 3], [3, 4]) == 0.5 and copied_share([1], []) == 0.0
+    thresholds = FlagThresholds(length_ratio=(0.5, 2.0), copied=0.9)
+    calm = [-0.1] * 5
+    assert flags([1, 2, 3, 4], [5, 6, 7, 8], calm[:5], thresholds) == []
+    assert flags([1, 2, 3, 4], [5, 5, 5, 8], calm, thresholds) == ["loop"]
+    assert flags([1, 2, 3, 4, 5, 6, 7, 8, 9], [10], calm[:2], thresholds) == ["length_ratio"]
+    assert flags([1, 2, 3, 4], [1, 2, 3, 4], calm, thresholds) == ["copied"]
+    assert flags([1, 2, 3, 4], [5, 6, 7, 8], [-2.0] * 5, thresholds) == ["low_log_prob"]
+    lens = np.arange(1, 101)
+    stats = training_statistics(lens, 2 * lens + 1, lambda i: ([1, 2], [3, 4]))
+    assert stats["length_ratio"] == [2.0, 2.0] and stats["copied"] == 0.0
+    assert FlagThresholds.of_checkpoint({"data_stats": stats}).length_ratio == (2.0, 2.0)
+    assert FlagThresholds.of_checkpoint({}) == FlagThresholds()
+
+
+def test_jsonl_flags_a_copy_as_copied(copying: dict) -> None:
+    """The copy model's translations are copies of their sources, which the default threshold flags (and a
+    source with a word three times in a row gives a copy that loops)."""
+    lines = [json.loads(line) for line in run(copying, "--format", "jsonl")]
+    for line, source in zip(lines, copying["held_out"], strict=True):
+        words = source.split()
+        loops = any(words[i] == words[i + 1] == words[i + 2] for i in range(len(words) - 2))
+        assert line["flags"] == (["loop", "copied"] if loops else ["copied"]), (source, line["flags"])

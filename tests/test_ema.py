@@ -82,6 +82,8 @@ def test_a_run_with_ema_resumes_it_exactly_and_translates_with_it(tmp_path: Path
         for name, tensor in a[key].items():
             torch.testing.assert_close(b[key][name], tensor, atol=1e-6, rtol=0, msg=f"{key} {name}")
     assert a["ema_decay"] == 0.9 and inference_weights(a) is a["ema"]
+    low, high = a["data_stats"]["length_ratio"]  # the reverse-copy task: target as long as the source
+    assert low == high == 1.0 and a["data_stats"]["copied"] == 1.0
     assert any(not torch.equal(a["ema"][k], a["model"][k]) for k in a["model"])
 
     checkpoints = load_recipe(straight).run_path / "checkpoints"

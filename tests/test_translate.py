@@ -543,7 +543,7 @@ def test_jsonl_has_one_object_per_line_with_the_texts_tokens_and_log_probs_of_th
     result, lines = translate_cli(["-m", checkpoint, "--nbest", "2", "--format", "jsonl"], stdin)
     assert result.exit_code == 0 and len(lines) == len(plain) == 7
     objects = [json.loads(line) for line in lines]
-    assert objects[1] == {"text": "", "score": None, "tokens": [], "token_log_probs": [], "nbest": []}
+    assert objects[1] == {"text": "", "score": None, "tokens": [], "token_log_probs": [], "flags": [], "nbest": []}
     for obj, plain_line in zip(objects, plain, strict=True):
         fields = plain_line.split("\t") if plain_line else []
         assert [h["text"] for h in obj["nbest"]] == fields[1::2]

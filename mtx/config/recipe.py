@@ -451,6 +451,9 @@ class DecodeConfig:
     max_len_b: int = setting(50, "See max_len_a.")
     min_len: int = setting(0, "Output at least this many tokens before EOS.")
     nbest: int = setting(1, "Translations kept per sentence, best first (with sampling: samples per sentence).")
+    no_repeat_ngram: int = setting(
+        0, "Never produce an n-gram of this size twice in one translation (fairseq's, CTranslate2's remedy for "
+        "loops); 0: allowed.")
     sampling: bool = setting(
         False, "Draw each token from the model's distribution instead of searching (back-translation, Edunov et al. "
         "2018). A line's samples depend on seed, its index in the input and the model only.")
@@ -491,6 +494,7 @@ class DecodeConfig:
             (self.max_len_a >= 0, "max_len_a", "must be ≥ 0"),
             (self.max_len_b >= 1, "max_len_b", "must be at least 1"),
             (self.min_len >= 0, "min_len", "must be ≥ 0"),
+            (self.no_repeat_ngram >= 0, "no_repeat_ngram", "must be ≥ 0 (0: allowed)"),
             (self.topk is None or self.topk >= 1, "topk", "must be at least 1 (leave it unset to draw from all)"),
             (0 < self.topp <= 1, "topp", "must be in (0, 1]"),
             (self.temperature > 0, "temperature", "must be positive"),

@@ -64,6 +64,9 @@ def translate(
         int | None, typer.Option(help="Print the N best, each line 'score<TAB>text' pairs joined by tabs (N > 1). "
                                  "[default: recipe's, 1]")
     ] = None,
+    no_repeat_ngram: Annotated[int | None, typer.Option(
+        metavar="N", help="Never produce an n-gram of N tokens twice in a translation (a remedy for loops). "
+        "[default: recipe's, 0: allowed]")] = None,
     sampling: Annotated[bool | None, typer.Option(
         "--sampling", help="Draw each token from the model's distribution instead of searching (back-translation); "
         "--nbest N draws N samples. A line's samples depend on --seed, its index in the input and the model only, "
@@ -125,8 +128,8 @@ def translate(
     Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
     """
     chosen = dict(beam=beam, lenpen=lenpen, lenpen_style=lenpen_style, max_len_a=max_len_a, max_len_b=max_len_b,
-                  min_len=min_len, nbest=nbest, sampling=sampling, topk=topk, topp=topp, temperature=temperature,
-                  seed=seed)
+                  min_len=min_len, nbest=nbest, no_repeat_ngram=no_repeat_ngram, sampling=sampling, topk=topk,
+                  topp=topp, temperature=temperature, seed=seed)
     options = {k: v for k, v in chosen.items() if v is not None}
     translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
                    threads=threads, errors=errors, log=sys.stderr.write, alignment=alignment,
@@ -215,6 +218,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     from mtx.config.recipe import DecodeConfig
     from mtx.decode.alignment import default_alignment_layer
     from mtx.decode.ensemble import load_models
+    from mtx.decode.flags import FlagThresholds
     from mtx.decode.output import format_nbest, json_line
     from mtx.decode.translator import Dtype, Translation, Translator, prepare_model
     from mtx.devices import DeviceName, choose_device
@@ -244,13 +248,15 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
         alignment_layer = default_alignment_layer(len(models[0].decoder_layers))
     prepared = [prepare_model(model, target, dtype) for model in models]
     decode = DecodeConfig.of_checkpoint(checkpoint, **options)
-    translator = Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=alignment_layer)
+    thresholds = FlagThresholds.of_checkpoint(checkpoint) if output_format == "jsonl" else None
+    translator = Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=alignment_layer,
+                            flag_thresholds=thresholds)
 
     show_progress, with_scores = sys.stderr.isatty(), translator.decode.nbest > 1
 
     def output_line(nbest: list[Translation]) -> str:
         if output_format == "jsonl":
-            return json_line(nbest, tokenizer, with_scores, alignment)
+            return json_line(nbest, tokenizer, with_scores, alignment, with_flags=True)
         return format_nbest(nbest, with_scores, alignment)
 
     def scored_line(scored: Translation | None) -> str:

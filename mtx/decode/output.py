@@ -51,16 +51,19 @@ def json_fields(translation: Translation, tokenizer: Tokenizer, with_alignment: 
     return fields
 
 
-def json_line(nbest: list[Translation], tokenizer: Tokenizer, with_nbest: bool, with_alignment: bool) -> str:
+def json_line(nbest: list[Translation], tokenizer: Tokenizer, with_nbest: bool, with_alignment: bool,
+              with_flags: bool = False) -> str:
     """One input line's translation as one JSON object: the best hypothesis' fields, and (for --nbest > 1) the
-    n-best list, best first, as "nbest". An empty input line has no hypothesis: an empty text, a null score,
-    no tokens."""
+    n-best list, best first, as "nbest"; `with_flags`, the best one's flags (mtx.decode.flags) as "flags". An
+    empty input line has no hypothesis: an empty text, a null score, no tokens, no flags."""
     if nbest:
         line = json_fields(nbest[0], tokenizer, with_alignment)
     else:
         line = {"text": "", "score": None, "tokens": [], "token_log_probs": []}
         if with_alignment:
             line["alignment"] = []
+    if with_flags:
+        line["flags"] = list(nbest[0].flags) if nbest else []
     if with_nbest:
         line["nbest"] = [json_fields(translation, tokenizer, with_alignment) for translation in nbest]
     return json.dumps(line, ensure_ascii=False)

@@ -94,14 +94,18 @@ def length_penalty(length: Tensor | float, alpha: float, style: LengthPenaltySty
     raise ValueError(f"unknown length penalty style {style!r}")
 
 
-def constrain(log_probs: Tensor, step: int, min_len: int, max_len: Tensor, forced: Tensor | None = None) -> Tensor:
+def constrain(log_probs: Tensor, step: int, min_len: int, max_len: Tensor, forced: Tensor | None = None,
+              history: Tensor | None = None, no_repeat_ngram: int = 0) -> Tensor:
     """Forbid what may not come next, in place: PAD and BOS always, EOS before `min_len` tokens, anything
-    but EOS once a row has `max_len` tokens (the length cap wins over `min_len`), and anything but the prefix's
-    token while a row is inside its target prefix.
+    but EOS once a row has `max_len` tokens (the length cap wins over `min_len`), a token that would repeat an
+    n-gram of the row's `history` (its tokens so far, (N, step)) with `no_repeat_ngram` n > 0, and anything but
+    the prefix's token while a row is inside its target prefix (a prefix is the user's: it may repeat).
 
     log_probs: (N, V) for the token at position `step`, i.e. after `step` tokens; max_len: (N,) per row;
     forced: (N, P) each row's prefix, PAD after its end (None: no prefixes). A prefix fits its row's max_len.
     """
+    if no_repeat_ngram and history is not None and step >= no_repeat_ngram:
+        ban_repeated_ngrams(log_probs, history[:, :step], no_repeat_ngram)
     if forced is not None and step < forced.shape[1]:
         token = forced[:, step]
         inside = token != PAD
@@ -119,6 +123,17 @@ def constrain(log_probs: Tensor, step: int, min_len: int, max_len: Tensor, force
     log_probs[:, PAD] = -torch.inf
     log_probs[:, BOS] = -torch.inf
     return log_probs
+
+
+def ban_repeated_ngrams(log_probs: Tensor, history: Tensor, n: int) -> None:
+    """Set to -inf, in place, each token that would complete an n-gram the row already holds (fairseq's and
+    CTranslate2's no_repeat_ngram_size): wherever the row's last n - 1 tokens occurred before, the token that
+    followed them then is banned now. history: (N, T) with T ≥ n."""
+    windows = history.unfold(1, n, 1)  # (N, T - n + 1, n): every n-gram so far
+    recent = history[:, history.shape[1] - n + 1 :].unsqueeze(1)  # (N, 1, n - 1): what a new n-gram starts with
+    matches = (windows[:, :, : n - 1] == recent).all(dim=2)  # (N, T - n + 1)
+    rows, where = matches.nonzero(as_tuple=True)
+    log_probs[rows, windows[rows, where, n - 1]] = -torch.inf
 
 
 def _start(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor) -> CacheT:
@@ -141,8 +156,8 @@ class Sampling:
 
 @torch.inference_mode()
 def greedy_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, min_len: int = 0,
-                  lenpen: float = 0.0, lenpen_style: LengthPenaltyStyle = "gnmt",
-                  prefix: Tensor | None = None) -> list[list[Hypothesis]]:
+                  lenpen: float = 0.0, lenpen_style: LengthPenaltyStyle = "gnmt", prefix: Tensor | None = None,
+                  no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
     """The most probable token at every step; a sentence leaves the batch as soon as it produces EOS.
 
     src, src_pad: (B, S); max_len: (B,) the most tokens each sentence may produce before EOS; prefix: (B, P)
@@ -150,14 +165,15 @@ def greedy_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tenso
     Returns for each sentence a one-element n-best list, scored as beam search scores it.
     """
     found = _one_path_each(model, src, src_pad, max_len, lambda scores, rows, step: scores.max(dim=-1)[1],
-                           min_len=min_len, lenpen=lenpen, lenpen_style=lenpen_style, prefix=prefix)
+                           min_len=min_len, lenpen=lenpen, lenpen_style=lenpen_style, prefix=prefix,
+                           no_repeat_ngram=no_repeat_ngram)
     return [[hypothesis] for hypothesis in found]
 
 
 @torch.inference_mode()
 def sample_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, samples: int,
                   sampling: Sampling, min_len: int = 0, lenpen: float = 0.0, lenpen_style: LengthPenaltyStyle = "gnmt",
-                  prefix: Tensor | None = None) -> list[list[Hypothesis]]:
+                  prefix: Tensor | None = None, no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
     """`samples` translations of each sentence, each token drawn from the model's distribution as `sampling`
     filters it, by draws that depend on (seed, line, sample, step) alone (mtx.decode.sampling). Each is scored
     as beam search would score it, by the model's own log-probabilities; best first.
@@ -176,13 +192,14 @@ def sample_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tenso
         return None if t is None else t.repeat_interleave(samples, dim=0)
 
     found = _one_path_each(model, repeat(src), repeat(src_pad), repeat(max_len), pick, min_len=min_len,
-                           lenpen=lenpen, lenpen_style=lenpen_style, prefix=repeat(prefix))
+                           lenpen=lenpen, lenpen_style=lenpen_style, prefix=repeat(prefix),
+                           no_repeat_ngram=no_repeat_ngram)
     return [sorted(found[i : i + samples], key=lambda h: -h.score) for i in range(0, len(found), samples)]
 
 
 def _one_path_each(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor,
                    pick: Callable[[Tensor, Tensor, int], Tensor], *, min_len: int, lenpen: float,
-                   lenpen_style: LengthPenaltyStyle, prefix: Tensor | None) -> list[Hypothesis]:
+                   lenpen_style: LengthPenaltyStyle, prefix: Tensor | None, no_repeat_ngram: int) -> list[Hypothesis]:
     """One translation per sentence, `pick(log_probs, rows, step)` choosing each open sentence's next token from
     its constrained log-probabilities (`rows`: the open sentences' indices in the batch). A sentence leaves the
     batch as soon as it produces EOS."""
@@ -198,7 +215,7 @@ def _one_path_each(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tens
     results: list[Hypothesis | None] = [None] * batch
     for step in range(tokens.shape[1]):
         log_probs, state = model.decode_step(prev, state)
-        scores = constrain(log_probs, step, min_len, row_max_len, forced)
+        scores = constrain(log_probs, step, min_len, row_max_len, forced, tokens, no_repeat_ngram)
         prev = pick(scores, rows, step)
         chosen = scores.gather(1, prev.unsqueeze(1)).squeeze(1)
         log_prob += chosen
@@ -333,7 +350,7 @@ def set_aside(finished: list[Finished], worst_kept: Tensor, endings: Endings, lp
 @torch.inference_mode()
 def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int,
                 lenpen: float, lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0,
-                nbest: int = 1, prefix: Tensor | None = None) -> list[list[Hypothesis]]:
+                nbest: int = 1, prefix: Tensor | None = None, no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
     """Beam search as fairseq and Sockeye do it, plus an early stop that never changes the result.
 
     Each step extends every open hypothesis by every token and takes the 2K best of each sentence. An EOS
@@ -378,7 +395,7 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
         if step > 0:
             log_probs, state = model.decode_step(tokens[:, step - 1], state)
         forced = None if prefix is None else prefix.repeat_interleave(beam, dim=0)
-        constrain(log_probs, step, min_len, max_len.repeat_interleave(beam), forced)
+        constrain(log_probs, step, min_len, max_len.repeat_interleave(beam), forced, tokens, no_repeat_ngram)
         scores, parent, token = top_candidates(beam_scores, log_probs, beam)
         parent_row = parent + torch.arange(0, len(sentence) * beam, beam, device=device).unsqueeze(1)
 
@@ -411,14 +428,15 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
 
 def search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int,
            lenpen: float, lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0, nbest: int = 1,
-           prefix: Tensor | None = None, sampling: Sampling | None = None) -> list[list[Hypothesis]]:
+           prefix: Tensor | None = None, sampling: Sampling | None = None,
+           no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
     """`nbest` samples with `sampling`; else greedy search for beam 1 (the same result as beam search, without
     the beam bookkeeping), beam search otherwise. Each translation starts with its sentence's `prefix`."""
     if sampling is not None:
         return sample_search(model, src, src_pad, max_len, samples=nbest, sampling=sampling, min_len=min_len,
-                             lenpen=lenpen, lenpen_style=lenpen_style, prefix=prefix)
+                             lenpen=lenpen, lenpen_style=lenpen_style, prefix=prefix, no_repeat_ngram=no_repeat_ngram)
     if beam == 1:
         return greedy_search(model, src, src_pad, max_len, min_len=min_len, lenpen=lenpen, lenpen_style=lenpen_style,
-                             prefix=prefix)
+                             prefix=prefix, no_repeat_ngram=no_repeat_ngram)
     return beam_search(model, src, src_pad, max_len, beam=beam, lenpen=lenpen, lenpen_style=lenpen_style,
-                       min_len=min_len, nbest=nbest, prefix=prefix)
+                       min_len=min_len, nbest=nbest, prefix=prefix, no_repeat_ngram=no_repeat_ngram)

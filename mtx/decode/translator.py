@@ -33,6 +33,7 @@ from mtx.config.recipe import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
 from mtx.decode.alignment import Alignment, RememberedEncoding, align_hypotheses
 from mtx.decode.ensemble import Ensemble
+from mtx.decode.flags import FlagThresholds, flags
 from mtx.decode.scoring import score_targets
 from mtx.decode.search import Hypothesis, Sampling, search
 from mtx.devices import available_memory, choose_dtype, half_precision_model
@@ -68,6 +69,7 @@ class Translation(NamedTuple):
     tokens: Sequence[int] = ()  # its token ids, EOS excluded
     token_log_probs: Sequence[float] = ()  # each token's log-probability, EOS last (`mtx.decode.search.Hypothesis`)
     alignment: Alignment | None = None  # its word alignment, when the translator was asked for one
+    flags: Sequence[str] = ()  # why it deserves a human look (mtx.decode.flags), when the translator was asked
 
 
 @dataclass
@@ -89,6 +91,7 @@ class Translator:
     batch_tokens: int = 4096
     stats: TranslationStats = field(default_factory=TranslationStats)
     alignment_layer: int | None = None
+    flag_thresholds: FlagThresholds | None = None  # flag doubtful translations (mtx.decode.flags); None: do not
 
     def __post_init__(self) -> None:
         self.decode.validate_flags()
@@ -140,7 +143,8 @@ class Translator:
             if alignments is None:
                 alignments = [[None] * len(nbest) for nbest in nbests]
             for j, nbest, aligned in zip(batch, nbests, alignments, strict=True):
-                results[todo[j]] = [Translation(next(texts_out), h.score, h.tokens, h.token_log_probs, alignment)
+                results[todo[j]] = [Translation(next(texts_out), h.score, h.tokens, h.token_log_probs, alignment,
+                                                self._flags(sources[j], h))
                                     for h, alignment in zip(nbest, aligned, strict=True)]
                 self.stats.output_tokens += len(nbest[0].tokens)
         self.stats.sentences += len(sentences)
@@ -228,6 +232,11 @@ class Translator:
         d = self.decode
         return min(math.floor(d.max_len_a * source_tokens + d.max_len_b), self.max_positions - 1)
 
+    def _flags(self, source: list[int], hypothesis: Hypothesis) -> tuple[str, ...]:
+        if self.flag_thresholds is None:
+            return ()
+        return tuple(flags(source[:-1], hypothesis.tokens, hypothesis.token_log_probs, self.flag_thresholds))
+
     def _prefixes(self, prefixes: list[str] | None, todo: list[int], limits: list[int],
                   first_line: int) -> list[list[int]] | None:
         """Each non-empty sentence's prefix as token ids, refused where it is longer than the output may be."""
@@ -254,7 +263,8 @@ class Translator:
         sampling = None if not d.sampling else Sampling(d.seed, torch.tensor(lines), d.temperature, d.topk or 0, d.topp)
         prefix = None if prefixes is None or not any(prefixes) else padded(prefixes).to(self.device)
         nbests = search(decoder, src, src_pad, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
-                        lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest, prefix=prefix, sampling=sampling)
+                        lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest, prefix=prefix, sampling=sampling,
+                        no_repeat_ngram=d.no_repeat_ngram)
         if encoding is None:
             return nbests, None
         return nbests, align_hypotheses(first, self.tokenizer, sources, src_pad, encoding.memory, nbests,

@@ -69,10 +69,11 @@ class CheckpointKeeper:
 
     def __init__(self, recipe: Recipe, ctx: distributed.Context, model: Transformer, tokenizer: Tokenizer,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, say: Callable[[str], None],
-                 ema: WeightAverage | None = None) -> None:
+                 ema: WeightAverage | None = None, data_stats: dict[str, Any] | None = None) -> None:
+        """`data_stats`: what the training data says of its pairs (mtx.decode.flags), stored in every checkpoint."""
         self.recipe, self.ctx, self.say = recipe, ctx, say
         self.model, self.tokenizer, self.optimizer, self.scaler = model, tokenizer, optimizer, scaler
-        self.ema = ema
+        self.ema, self.data_stats = ema, data_stats
         self.directory = recipe.run_path / "checkpoints"
         self.saved_step = 0  # the step of the newest checkpoint, written or being written: a stop need not save it
         self.last_save_time = time.monotonic()  # train.save_every_minutes counts from the last save or resume
@@ -219,8 +220,11 @@ class CheckpointKeeper:
     def _checkpoint(self, step: int, train_state: dict[str, Any] | None, copy: bool = False,
                     ema_only: bool = False) -> dict[str, Any]:
         ema = None if self.ema is None else self.ema.state_dict()
-        return make_checkpoint(self.model, self.tokenizer.to_str(), self.recipe.to_dict(), step, train_state, copy,
-                               ema=ema, ema_decay=self.recipe.train.ema_decay, ema_only=ema_only)
+        checkpoint = make_checkpoint(self.model, self.tokenizer.to_str(), self.recipe.to_dict(), step, train_state,
+                                     copy, ema=ema, ema_decay=self.recipe.train.ema_decay, ema_only=ema_only)
+        if self.data_stats is not None:
+            checkpoint["data_stats"] = self.data_stats
+        return checkpoint
 
 
 def latest_checkpoint(directory: Path) -> Path | None:

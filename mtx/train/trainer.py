@@ -45,6 +45,7 @@ from mtx.checkpoint import describe_checkpoint, inference_weights
 from mtx.config.recipe import ModelConfig, Recipe, TrainConfig, parse_duration
 from mtx.data.batching import Batch, BatchPlan, collate, in_background
 from mtx.data.prepared import load_manifest, load_split
+from mtx.decode.flags import training_statistics
 from mtx.devices import allow_tf32, available_memory, choose_dtype
 from mtx.errors import MtxError, first_line, is_out_of_memory
 from mtx.model.transformer import Transformer, count_parameters_for
@@ -151,7 +152,9 @@ class Trainer:
         self.validator = None if valid is None else Validator(valid, recipe, ctx, self.model, self.tokenizer,
                                                               self.signals.requested, self._autocast)
         self.keeper = CheckpointKeeper(recipe, ctx, self.model, self.tokenizer, self.optimizer, self.scaler,
-                                       say=self.log.say, ema=self.ema)
+                                       say=self.log.say, ema=self.ema, data_stats=training_statistics(
+                                           self.train_split.src_lens, self.train_split.tgt_lens,
+                                           lambda i: (self.train_split.src(i), self.train_split.tgt(i))))
         progress = self._resume(restart)
         self.state = TrainState.from_progress(progress, ctx.world, self.cfg.update_freq)
         self._take_this_sessions_shape()
