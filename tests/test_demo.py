@@ -213,3 +213,19 @@ def test_prepare_writes_gold_alignments_line_by_line(tmp_path: Path) -> None:
         lines = [(data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de", "align")]
         assert list(zip(*lines, strict=True)) == [(pair.en, pair.de, pair.alignment) for pair in held_out[split]]
     assert not (data / "train.align").exists()
+
+
+def test_the_module_writes_the_corpus_and_monolingual_text_apart_from_it(tmp_path) -> None:
+    """`python -m mtx.data.demo OUT/`: the splits `data.source.demo` reads, as files, and monolingual German
+    that translates none of their English sentences (so no test reference leaks into back-translation)."""
+    from mtx.data.demo.__main__ import main
+
+    main([str(tmp_path), "--pairs", "200", "--valid", "20", "--test", "30", "--monolingual", "300"])
+    splits = demo_splits(DemoSource(pairs=200, valid=20, test=30))
+    for split, pairs in splits.items():
+        for side in ("en", "de"):
+            assert (tmp_path / f"{split}.{side}").read_text(encoding="utf-8").splitlines() == [
+                getattr(pair, side) for pair in pairs]
+    mono = (tmp_path / "mono.de").read_text(encoding="utf-8").splitlines()
+    parallel_german = {pair.de for pairs in splits.values() for pair in pairs}
+    assert len(mono) == len(set(mono)) == 300 and not set(mono) & parallel_german

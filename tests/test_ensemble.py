@@ -18,7 +18,7 @@ from test_translate import translate_cli
 import mtx.decode.translator
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import DecodeConfig, ModelConfig, resolve_model
-from mtx.decode.alignment import align_hypotheses
+from mtx.decode.alignment import align_rows
 from mtx.decode.ensemble import Ensemble, average_distributions, load_models
 from mtx.decode.search import Hypothesis, beam_search, search
 from mtx.errors import MtxError
@@ -190,11 +190,13 @@ def test_an_ensemble_aligns_with_its_first_model(pair: dict) -> None:
     for sentence, nbest in zip(sentences, results, strict=True):
         ids = [*tokenizer.encode(sentence), EOS]
         src = torch.tensor([ids])
-        hypotheses = [[Hypothesis(list(t.tokens), t.score, list(t.token_log_probs)) for t in nbest]]
-        with torch.no_grad():
-            expected = align_hypotheses(first, tokenizer, [ids], src == PAD, first.encode(src, src == PAD),
-                                        hypotheses, 0)
-        assert [t.alignment for t in nbest] == expected[0]
+        rows = []
+        for t in nbest:  # teacher-forced through the first model: its weights for the tokens the ensemble chose
+            tgt_in = torch.tensor([[BOS, *t.tokens]])
+            with torch.no_grad():
+                weights = first.cross_attention_weights(first.encode(src, src == PAD), src == PAD, tgt_in, 0)
+            rows.append((ids, list(t.tokens), weights.mean(dim=1)[0]))
+        assert [t.alignment for t in nbest] == align_rows(tokenizer, rows)
 
 
 # -------------------------------------------------------------------------------------- checkpoints, CLI

@@ -34,6 +34,6 @@ for row in "parallel only:parallel" "parallel + beam back-translations:beam" \
   train "$recipe" "bt-$name" >&2
   "$mtx" translate -m "runs/bt-$name/average.pt" -i "$corpus/test.en" -o "runs/bt-$name/test.hyp" 2>/dev/null
   bleu=$("$mtx" score -r "$corpus/test.de" -i "runs/bt-$name/test.hyp" --json |
-    "$python" -c 'import json, sys; print("%.1f" % json.load(sys.stdin)["bleu"])')
+    python3 -c 'import json, sys; print("%.1f" % json.load(sys.stdin)["bleu"])')
   echo "| ${row%%:*} | $bleu |"
 done

@@ -1,9 +1,9 @@
 """Word alignments from cross-attention: for each target word, the source word it was translated from.
 
-After the search, the hypotheses of a batch are passed once more through the decoder, teacher-forced, up to the
-chosen layer's cross-attention, which hands out its weights (`Transformer.cross_attention_weights`); the encoder
-output is the one the search computed (`RememberedEncoding`). The search itself is untouched, and a translation
-that asks for no alignment never runs this.
+The search carries them: asked for a layer (`AligningDecoder`), the decoder hands out that layer's cross-attention
+weights at every step, computed beside its attention's fast path, and the search keeps each hypothesis' rows,
+reordering them with its beams (as fairseq does), so no second pass of the translations through the decoder is
+needed. The search's choices are the same with or without them.
 
 From the cross-attention of one decoder layer, averaged over its heads, each target token's row is the
 attention of the step that predicted it (the EOS step's row is left out). Tokens are subwords; words are the
@@ -26,28 +26,25 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mtx.data.batching import padded
 from mtx.decode.search import Hypothesis
 from mtx.model.transformer import DecoderState, Transformer
-from mtx.tokenizer import BOS, Tokenizer
+from mtx.tokenizer import Tokenizer
 
 Alignment = list[tuple[int, int]]  # (source word, target word) links, in target word order
 
 
-class RememberedEncoding:
-    """The model as search drives it (an `mtx.decode.search.IncrementalDecoder`), keeping the encoder output of the
-    batch it searches, so that aligning the batch's hypotheses need not encode their sources again."""
+class AligningDecoder:
+    """The model as search drives it (an `mtx.decode.search.IncrementalDecoder`), its decoder state asked to hand
+    out the cross-attention of decoder layer `layer` at every step (`DecoderState.attention`)."""
 
-    def __init__(self, model: Transformer) -> None:
-        self.model = model
-        self.memory: Tensor | None = None
+    def __init__(self, model: Transformer, layer: int) -> None:
+        self.model, self.layer = model, layer
 
     def encode(self, src: Tensor, src_pad: Tensor) -> Tensor:
-        self.memory = self.model.encode(src, src_pad)
-        return self.memory
+        return self.model.encode(src, src_pad)
 
     def init_state(self, memory: Tensor, src_pad: Tensor, max_len: int) -> DecoderState:
-        return self.model.init_state(memory, src_pad, max_len)
+        return self.model.init_state(memory, src_pad, max_len, attention_layer=self.layer)
 
     def decode_step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         return self.model.decode_step(prev, state)
@@ -112,23 +109,24 @@ def pharaoh(alignment: Alignment) -> str:
     return " ".join(f"{source}-{target}" for source, target in alignment)
 
 
-def align_hypotheses(model: Transformer, tokenizer: Tokenizer, sources: list[list[int]], src_pad: Tensor,
-                     memory: Tensor, nbests: list[list[Hypothesis]], layer: int) -> list[list[Alignment]]:
-    """The word alignment of every hypothesis of `nbests`, from the cross-attention of decoder layer `layer`
-    (0-based), heads averaged. `sources` holds each sentence's token ids, EOS included, as searched, `src_pad`
-    (B, S) their padded batch's padding and `memory` (B, S, D) its encoder output, both as the search had them;
-    the hypotheses of all sentences are teacher-forced in one pass."""
-    rows = [(i, h.tokens) for i, nbest in enumerate(nbests) for h in nbest]
-    if not rows:
-        return [[] for _ in nbests]
-    sentence = torch.tensor([i for i, _ in rows], device=memory.device)
-    tgt_in = padded([[BOS, *tokens] for _, tokens in rows]).to(memory.device)
-    with torch.inference_mode():
-        weights = model.cross_attention_weights(memory[sentence], src_pad[sentence], tgt_in, layer)
-    attention = weights.mean(dim=1)  # heads averaged
-    words_of_sources = [tokenizer.word_of_each_token(ids) for ids in sources]
-    target_words = [tokenizer.word_of_each_token(tokens) for _, tokens in rows]
-    source_words = [words_of_sources[i] for i, _ in rows]
-    links = iter(hard_alignments(word_attention(attention, target_words, source_words).cpu(), target_words,
-                                 source_words))
+def align_searched(tokenizer: Tokenizer, sources: list[list[int]], nbests: list[list[Hypothesis]]
+                   ) -> list[list[Alignment]]:
+    """The word alignment of every hypothesis of `nbests`, each carrying its attention rows from the search
+    (`Hypothesis.attention`); `sources` holds each sentence's token ids, EOS included, as searched."""
+    rows = [(sources[i], h.tokens, h.attention) for i, nbest in enumerate(nbests) for h in nbest]
+    links = iter(align_rows(tokenizer, rows))
     return [[next(links) for _ in nbest] for nbest in nbests]
+
+
+def align_rows(tokenizer: Tokenizer, rows: list[tuple[list[int], list[int], Tensor]]) -> list[Alignment]:
+    """The word alignment of each (source ids, target tokens, attention (≥ tokens, S) heads averaged) row."""
+    if not rows:
+        return []
+    width = max(attention.shape[1] for _, _, attention in rows)
+    length = max(len(tokens) for _, tokens, _ in rows)
+    attention = torch.zeros(len(rows), length, width)
+    for row, (_, tokens, weights) in enumerate(rows):
+        attention[row, : len(tokens), : weights.shape[1]] = weights[: len(tokens)].float().cpu()
+    target_words = [tokenizer.word_of_each_token(tokens) for _, tokens, _ in rows]
+    source_words = [tokenizer.word_of_each_token(source) for source, _, _ in rows]
+    return hard_alignments(word_attention(attention, target_words, source_words), target_words, source_words)

@@ -57,10 +57,15 @@ class EnsembleState:
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> EnsembleState:
         return EnsembleState([state.reorder(rows, sentences) for state in self.states])
 
+    @property
+    def attention(self) -> Tensor | None:
+        """The first member's attention, if it hands out any: the first model aligns an ensemble's output."""
+        return getattr(self.states[0], "attention", None)
+
 
 class Ensemble:
     """Models that decode as one: an `mtx.decode.search.IncrementalDecoder` whose members are any others (mtx
-    Transformers, or a Transformer wrapped by mtx.decode.alignment.RememberedEncoding).
+    Transformers, or a Transformer wrapped by mtx.decode.alignment.AligningDecoder).
 
     Search encodes a batch once and hands the result straight to `init_state`. The members' encoder outputs
     differ (each its own encoder, perhaps its own width), so the ensemble's `encode` passes the source on as

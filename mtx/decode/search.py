@@ -41,6 +41,9 @@ class DecoderCache(Protocol):
     mtx.model.transformer.DecoderState is one, without naming this protocol.
     """
 
+    # Optionally, `attention`: (N, S), each row's cross-attention over the source at the last step, of the layer
+    # that aligns (None, or absent: not asked for). Search carries it along each hypothesis (`Hypothesis.attention`).
+
     def reorder(self: CacheT, rows: Tensor, sentences: Tensor | None = None) -> CacheT:
         """Keep the rows `rows` (R,), in that order, and the sentences `sentences` (None: all of them, as they
         are). `rows` must leave each kept sentence the same number of consecutive rows, in the order of
@@ -83,6 +86,7 @@ class Hypothesis:
     tokens: list[int]
     score: float
     token_log_probs: list[float]
+    attention: Tensor | None = None  # (tokens, S): the aligning layer's attention of the step that chose each token
 
 
 def length_penalty(length: Tensor | float, alpha: float, style: LengthPenaltyStyle) -> Tensor | float:
@@ -212,9 +216,14 @@ def _one_path_each(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tens
     token_log_probs = torch.zeros(tokens.shape, device=device)
     log_prob = torch.zeros(batch, device=device)
     prev = src.new_full((batch,), BOS)
+    attention = None  # (rows, positions, S) when the decoder hands out attention (see DecoderCache)
     results: list[Hypothesis | None] = [None] * batch
     for step in range(tokens.shape[1]):
         log_probs, state = model.decode_step(prev, state)
+        if (row_attention := getattr(state, "attention", None)) is not None:
+            if attention is None:
+                attention = row_attention.new_zeros(batch, tokens.shape[1], row_attention.shape[1])
+            attention[:, step] = row_attention
         scores = constrain(log_probs, step, min_len, row_max_len, forced, tokens, no_repeat_ngram)
         prev = pick(scores, rows, step)
         chosen = scores.gather(1, prev.unsqueeze(1)).squeeze(1)
@@ -225,9 +234,11 @@ def _one_path_each(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tens
             continue
         ended_scores = log_prob[ended] / length_penalty(step + 1.0, lenpen, lenpen_style)
         ended_tokens, ended_log_probs = tokens[ended, :step].tolist(), token_log_probs[ended, : step + 1].tolist()
-        for i, row_tokens, score, row_log_probs in zip(rows[ended].tolist(), ended_tokens, ended_scores.tolist(),
-                                                       ended_log_probs, strict=True):
-            results[i] = Hypothesis(row_tokens, score, row_log_probs)
+        ended_attention = [None] * len(ended_tokens) if attention is None else attention[ended, :step]
+        for i, row_tokens, score, row_log_probs, row_attention in zip(
+                rows[ended].tolist(), ended_tokens, ended_scores.tolist(), ended_log_probs, ended_attention,
+                strict=True):
+            results[i] = Hypothesis(row_tokens, score, row_log_probs, row_attention)
         keep = (~ended).nonzero().squeeze(1)
         if keep.numel() == 0:
             break
@@ -236,6 +247,7 @@ def _one_path_each(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tens
             t[keep] for t in (rows, row_max_len, tokens, token_log_probs, log_prob, prev)
         )
         forced = None if forced is None else forced[keep]
+        attention = None if attention is None else attention[keep]
     return results
 
 
@@ -318,16 +330,18 @@ class Endings:
     tokens: Tensor  # (M, step) its tokens, EOS excluded: those of the open row it extends
     prefix_log_probs: Tensor  # (M, step) the log-probability of the open row after each of its tokens
     log_prob: Tensor  # (M,) its log-probability, EOS included
+    attention: Tensor | None = None  # (M, step, S) the open row's attention at each of its tokens, if carried
 
     @classmethod
     def among(cls, ends: Tensor, scores: Tensor, parent_row: Tensor, prefixes: Tensor, prefix_log_probs: Tensor,
-              sentence: Tensor) -> Endings:
+              sentence: Tensor, attention: Tensor | None = None) -> Endings:
         """The candidates that `ends` (B, K) marks among the first K of scores, parent_row (B, 2K); prefixes and
         prefix_log_probs: (B·K, step) the tokens of the open rows so far and their log-probabilities after
-        each; sentence: (B,) the input index of each open sentence."""
+        each; sentence: (B,) the input index of each open sentence; attention: (B·K, step, S) or None."""
         who, rank = ends.nonzero(as_tuple=True)
         parents = parent_row[who, rank]
-        return cls(sentence[who], prefixes[parents], prefix_log_probs[parents], scores[who, rank])
+        return cls(sentence[who], prefixes[parents], prefix_log_probs[parents], scores[who, rank],
+                   None if attention is None else attention[parents])
 
     def token_log_probs(self) -> Tensor:
         """(M, step + 1) each token's own log-probability, EOS last: the steps of the running sums."""
@@ -340,9 +354,10 @@ def set_aside(finished: list[Finished], worst_kept: Tensor, endings: Endings, lp
     entries of `worst_kept` (one per input sentence), the tensor mirror of `Finished.worst_kept` that the
     completeness test reads."""
     scores = (endings.log_prob / lp).tolist()
-    for i, tokens, score, token_log_probs in zip(endings.sentence.tolist(), endings.tokens.tolist(), scores,
-                                                 endings.token_log_probs().tolist(), strict=True):
-        finished[i].add(Hypothesis(tokens, score, token_log_probs))
+    attention = [None] * len(scores) if endings.attention is None else endings.attention
+    for i, tokens, score, token_log_probs, rows in zip(endings.sentence.tolist(), endings.tokens.tolist(), scores,
+                                                       endings.token_log_probs().tolist(), attention, strict=True):
+        finished[i].add(Hypothesis(tokens, score, token_log_probs, rows))
     touched = endings.sentence.unique()
     worst_kept[touched] = torch.tensor([finished[i].worst_kept for i in touched.tolist()], device=worst_kept.device)
 
@@ -375,6 +390,8 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
     state = _start(model, src, src_pad, max_len)
     log_probs, state = model.decode_step(src.new_full((batch,), BOS), state)
     to_beams = torch.arange(batch, device=device).repeat_interleave(beam)
+    row_attention = getattr(state, "attention", None)  # (rows, S) when the decoder hands out attention
+    row_attention = None if row_attention is None else row_attention[to_beams]
     log_probs, state = log_probs[to_beams], state.reorder(to_beams)
     sentence = torch.arange(batch, device=device)  # which input sentence each open sentence is
     max_len = max_len.to(device)
@@ -385,6 +402,8 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
     beam_scores[:, 0] = 0.0
     tokens = src.new_zeros(batch * beam, int(max_len.max()) + 1)
     running_log_probs = torch.zeros(tokens.shape, device=device)  # each open row's log-probability after each token
+    # Each open row's attention at each of its steps, carried and reordered with it, as fairseq carries it.
+    attention = None if row_attention is None else row_attention.new_zeros(*tokens.shape, row_attention.shape[1])
     finished = [Finished(nbest) for _ in range(batch)]
     # Kept in step with `finished`, so the completeness test of every step is a tensor comparison rather than a
     # loop over the sentences: how many hypotheses each open sentence has ended, and each input sentence's
@@ -394,6 +413,9 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
     for step in range(tokens.shape[1]):
         if step > 0:
             log_probs, state = model.decode_step(tokens[:, step - 1], state)
+            row_attention = getattr(state, "attention", None)
+        if attention is not None:
+            attention[:, step] = row_attention
         forced = None if prefix is None else prefix.repeat_interleave(beam, dim=0)
         constrain(log_probs, step, min_len, max_len.repeat_interleave(beam), forced, tokens, no_repeat_ngram)
         scores, parent, token = top_candidates(beam_scores, log_probs, beam)
@@ -401,7 +423,8 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
 
         ends = (token[:, :beam] == EOS) & scores[:, :beam].isfinite()
         if bool(ends.any()):
-            endings = Endings.among(ends, scores, parent_row, tokens[:, :step], running_log_probs[:, :step], sentence)
+            endings = Endings.among(ends, scores, parent_row, tokens[:, :step], running_log_probs[:, :step], sentence,
+                                    None if attention is None else attention[:, :step])
             set_aside(finished, worst_kept, endings, length_penalty(step + 1.0, lenpen, lenpen_style))
             ended_count += ends.sum(dim=1)
 
@@ -422,6 +445,7 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
         rows = parent_row.flatten()
         state = state.reorder(rows, keep)
         tokens, running_log_probs = tokens[rows], running_log_probs[rows]
+        attention = None if attention is None else attention[rows]
         tokens[:, step], running_log_probs[:, step] = token.flatten(), beam_scores.flatten()
     return [f.best for f in finished]
 

@@ -8,7 +8,7 @@ a checkpoint's model on its device in the numeric format asked for.
 
 `translate_sentences` (what the trainer's validation calls) and the `mtx translate` command
 (mtx.decode.command, which feeds it bounded windows of lines) share it. Asked for an `alignment_layer`, it
-also word-aligns every hypothesis it returns (mtx.decode.alignment), after the search and without changing it.
+also word-aligns every hypothesis it returns (mtx.decode.alignment), from the attention the search carries.
 Given several models, it searches them as one ensemble (mtx.decode.ensemble).
 
 Length limits. A source longer than the model's `max_positions` (EOS included) is truncated to fit, and counted
@@ -31,7 +31,7 @@ import torch
 
 from mtx.config.recipe import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
-from mtx.decode.alignment import Alignment, RememberedEncoding, align_hypotheses
+from mtx.decode.alignment import AligningDecoder, Alignment, align_searched
 from mtx.decode.ensemble import Ensemble
 from mtx.decode.flags import FlagThresholds, flags
 from mtx.decode.scoring import score_targets
@@ -201,24 +201,16 @@ class Translator:
         """The memory the search of one batch allocates: every model's self-attention cache of every row (a
         beam) and its spare for reordering, and per-sentence cross-attention cache; a few (rows, V) score
         arrays, and two more per further model of an ensemble (its log-probabilities and their running average);
-        the tokens and log-probabilities of every row. Aligning comes after the search has let go of its
-        caches: the batch needs the larger of the two."""
+        the tokens and log-probabilities of every row; and, aligning, every row's attention at every step,
+        twice (it is reordered into a copy), and one step's weights of every head."""
         rows, positions = sentences * self.decode.beam, limit + 1
         cache = sum(model.tgt_embed.weight.element_size() * model.cfg.layers_dec * 2 * model.cfg.d_model
                     * (2 * rows * positions + sentences * source_len) for model in self.models)
         score_arrays = 3 + 2 * (len(self.models) - 1)
         search = cache + score_arrays * 4 * rows * self.models[0].vocab_size + 12 * rows * positions
-        return max(search, self._alignment_bytes(sentences, source_len, limit))
-
-    def _alignment_bytes(self, sentences: int, source_len: int, limit: int) -> int:
-        """The memory of aligning one batch's hypotheses (mtx.decode.alignment), 0 when not asked for: the float32
-        attention scores and weights of every head, the self-attention's over the target and the
-        cross-attention's over the source, and a few (rows, positions, D) activations."""
-        if self.alignment_layer is None:
-            return 0
-        cfg, rows, positions = self.models[0].cfg, sentences * self.decode.nbest, limit + 2  # BOS, tokens, EOS
-        weights = 2 * 4 * rows * cfg.heads * positions * (positions + source_len)
-        return weights + 4 * 4 * rows * positions * cfg.d_model
+        if self.alignment_layer is not None:
+            search += 4 * rows * source_len * (2 * positions + self.models[0].cfg.heads)
+        return search
 
     def _source(self, ids: list[int]) -> list[int]:
         """Token ids plus EOS, cut to the model's positions if need be (and counted)."""
@@ -255,20 +247,19 @@ class Translator:
         """One batch's n-best lists, and their alignments when asked for (None otherwise)."""
         src = padded(sources).to(self.device)
         src_pad, d = src == PAD, self.decode
-        # Only a search whose hypotheses are to be aligned drives the (first) model through RememberedEncoding.
+        # Only a search whose hypotheses are to be aligned asks the (first) model for its attention.
         first = self.models[0]
-        encoding = None if self.alignment_layer is None else RememberedEncoding(first)
-        members = [encoding or first, *self.models[1:]]
+        members = [first if self.alignment_layer is None else AligningDecoder(first, self.alignment_layer),
+                   *self.models[1:]]
         decoder = members[0] if len(members) == 1 else Ensemble(members)
         sampling = None if not d.sampling else Sampling(d.seed, torch.tensor(lines), d.temperature, d.topk or 0, d.topp)
         prefix = None if prefixes is None or not any(prefixes) else padded(prefixes).to(self.device)
         nbests = search(decoder, src, src_pad, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
                         lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest, prefix=prefix, sampling=sampling,
                         no_repeat_ngram=d.no_repeat_ngram)
-        if encoding is None:
+        if self.alignment_layer is None:
             return nbests, None
-        return nbests, align_hypotheses(first, self.tokenizer, sources, src_pad, encoding.memory, nbests,
-                                        self.alignment_layer)
+        return nbests, align_searched(self.tokenizer, sources, nbests)
 
 
 def decoding_workers(device: torch.device, threads: int, batches: int) -> tuple[int, int]:

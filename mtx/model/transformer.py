@@ -252,6 +252,10 @@ class DecoderLayer(nn.Module):
             sentences = state.cross_kv.shape[2]
             q = self.cross_attn.split_heads(self.cross_attn.q_proj(h).view(sentences, -1, h.shape[-1]))
             keys, values = state.cross_kv[layer, 0], state.cross_kv[layer, 1]
+            if layer == state.attention_layer:  # its weights as well, beside (not instead of) the fast path, so
+                # that the search is the same with or without them: (B, H, beams, S) → (N, S), heads averaged
+                weights = attention_weights(q, keys, state.memory_mask, causal=False)
+                state.attention = weights.mean(dim=1).flatten(0, 1).float()
             return self.cross_attn.attend(q, keys, values, state.memory_mask).view(h.shape)
 
         x = self.self_residual(x, self_attend)
@@ -274,6 +278,9 @@ class DecoderState:
     step:     how many target positions are cached, which is also the position of the next token.
     spare:    a second self-attention buffer: `reorder` gathers into it and the two swap, so beam search
               reorders with one copy of the filled positions and no allocation.
+    attention_layer, attention: with a layer (0-based), each step leaves that decoder layer's cross-attention
+              weights of every row, heads averaged, in `attention` (N, S): what word alignment needs, computed
+              by the layer's own attention as it decodes (mtx.decode.alignment).
 
     A state is owned by one search: `decode_step` writes into it and `reorder` recycles its buffer, so after
     either call only the returned state is valid.
@@ -284,6 +291,8 @@ class DecoderState:
     memory_mask: Tensor | None
     step: int = 0
     spare: Tensor | None = None
+    attention_layer: int | None = None
+    attention: Tensor | None = None
 
     @property
     def max_len(self) -> int:
@@ -307,9 +316,10 @@ class DecoderState:
         filled = (slice(None),) * 4 + (slice(0, self.step),)
         torch.index_select(self.self_kv[filled], 2, rows, out=target[filled])
         if sentences is None:
-            return DecoderState(target, self.cross_kv, self.memory_mask, self.step, spare=self.self_kv)
+            return DecoderState(target, self.cross_kv, self.memory_mask, self.step, self.self_kv, self.attention_layer)
         mask = None if self.memory_mask is None else self.memory_mask.index_select(0, sentences)
-        return DecoderState(target, self.cross_kv.index_select(2, sentences), mask, self.step, spare=self.self_kv)
+        return DecoderState(target, self.cross_kv.index_select(2, sentences), mask, self.step, self.self_kv,
+                            self.attention_layer)
 
 
 # ------------------------------------------------------------------------------------------- the model
@@ -443,14 +453,16 @@ class Transformer(nn.Module):
 
     # ---- inference
 
-    def init_state(self, memory: Tensor, src_pad: Tensor | None, max_len: int) -> DecoderState:
-        """An empty cache for up to `max_len` target positions, with the cross-attention K/V projected once."""
+    def init_state(self, memory: Tensor, src_pad: Tensor | None, max_len: int,
+                   attention_layer: int | None = None) -> DecoderState:
+        """An empty cache for up to `max_len` target positions, with the cross-attention K/V projected once;
+        with `attention_layer`, each step also leaves that layer's cross-attention weights in the state."""
         self.check_length(max_len, "target")
         batch, d = memory.shape[0], self.cfg.d_model
         heads = self.cfg.heads
         cross = torch.stack([torch.stack(layer.cross_attn.project_kv(memory)) for layer in self.decoder_layers])
         self_kv = memory.new_empty(len(self.decoder_layers), 2, batch, heads, max_len, d // heads)
-        return DecoderState(self_kv, cross, key_padding_mask(src_pad), step=0)
+        return DecoderState(self_kv, cross, key_padding_mask(src_pad), step=0, attention_layer=attention_layer)
 
     def decode_step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed one token per sentence, (B,), at position `state.step` → (B, V) float32 log-probabilities."""
