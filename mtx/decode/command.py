@@ -114,7 +114,8 @@ def translate(
         "aligns. [default: the last layer of a decoder of one or two layers, else the penultimate]")] = None,
     format_: Annotated[str, typer.Option(
         "--format", metavar="text|jsonl", help="jsonl: one JSON object per input line instead of a text line: "
-        "text, score, tokens (the subwords, then </s>), token_log_probs (one per token), with --alignment "
+        "text, score, tokens (the subwords, then </s>), token_log_probs (one per token), flags (why the "
+        "translation deserves a human look: loop, length_ratio, copied, low_log_prob), with --alignment "
         "alignment ([source, target] pairs), with --nbest > 1 nbest (a list of such objects).")] = "text",
 ) -> None:
     """Translate one sentence per line with beam search, keeping line count and order.
@@ -122,7 +123,8 @@ def translate(
     Scores are log P(Y|X) / lp(|Y|) with GNMT's length penalty lp = ((5 + |Y|) / 6)^α (α = --lenpen), or
     fairseq's |Y|^α with --lenpen-style fairseq. Flags left unset take the checkpoint's recipe (decode:).
     Sources longer than the model's max_positions are truncated, with a warning that counts them.
-    --alignment aligns words after the search, with one more pass of the translations through the decoder.
+    --alignment aligns words by the cross-attention the search carries along each hypothesis.
+    --sampling draws instead of searching; --prefix starts translations as given; --score-reference scores them.
     Several -m decode as an ensemble (e.g. models trained with different seeds), at the cost of running each.
 
     Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
