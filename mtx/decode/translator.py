@@ -203,7 +203,8 @@ class Translator:
         arrays, and two more per further model of an ensemble (its log-probabilities and their running average);
         the tokens and log-probabilities of every row; and, aligning, every row's attention at every step,
         twice (it is reordered into a copy), and one step's weights of every head."""
-        rows, positions = sentences * self.decode.beam, limit + 1
+        d = self.decode
+        rows, positions = sentences * (d.nbest if d.sampling else d.beam), limit + 1  # samples: a row each
         cache = sum(model.tgt_embed.weight.element_size() * model.cfg.layers_dec * 2 * model.cfg.d_model
                     * (2 * rows * positions + sentences * source_len) for model in self.models)
         score_arrays = 3 + 2 * (len(self.models) - 1)
