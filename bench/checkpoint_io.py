@@ -27,7 +27,6 @@ thread; for background, the round's CPU time minus the baseline's). An info line
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import tempfile
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import torch
 from common import build_model, emit, emit_info, random_batch, set_threads, significant, synchronize
+from train import Updater
 
 from mtx.checkpoint import step_checkpoints
 from mtx.config.loading import recipe_from_dict
@@ -70,22 +70,17 @@ def main() -> None:
     device = torch.device(args.device)
     model = build_model(args.preset, args.vocab).to(device).train()
     batch = random_batch(args.pairs, args.vocab, 15, 35).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0,
-                                  fused=device.type == "cuda")
-    autocast = torch.bfloat16 if args.precision == "bf16" else None
+    updater = Updater(lambda b: batch_loss(model, b, 0.1)[0], model, device,
+                      torch.bfloat16 if args.precision == "bf16" else None)
 
     def update() -> None:
-        with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-            (batch_loss(model, batch, 0.1)[0] / batch.n_tgt_tokens).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        updater.run([batch])
 
     update()  # Adam's moments exist from the first update on
     with tempfile.TemporaryDirectory(dir=args.dir) as run_dir:
         recipe = recipe_from_dict({"name": "bench", "run_dir": run_dir, "data": {"source": {"demo": {}}},
                                    "model": {"preset": args.preset}, "train": {"keep_last": 3}})
-        keeper = CheckpointKeeper(recipe, Context(0, 1, device), model, StandInTokenizer(args.vocab), optimizer,
+        keeper = CheckpointKeeper(recipe, Context(0, 1, device), model, StandInTokenizer(args.vocab), updater.optimizer,
                                   torch.amp.GradScaler(device.type, enabled=False), say=lambda line: None)
         measure(keeper, update, device, args)
         sizes = [path.stat().st_size for _, path in step_checkpoints(keeper.directory)]

@@ -3,10 +3,10 @@
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/ema.py cost [--preset tiny --vocab 2000] [--repeats 20]
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/ema.py quality runs/demo-ema [--every 100] [--average 5]
 
-`cost`: one training update (bench/train.py's: fused loss, backward, grad norm, AdamW) of a model of the preset's
-shape on a batch of about the demo's size, with and without `WeightAverage.update` after it, interleaved repeat by
-repeat: `ema.train_update`, `ema.train_update_with_ema`, and `ema.average_update`, the update of the average
-alone; `ema.overhead` is its share of a training update.
+`cost`: one training update (bench/train.py's `Updater`: fused loss, backward, grad norm, AdamW) of a model of
+the preset's shape on a batch of about the demo's size, with and without `WeightAverage.update` after it,
+interleaved repeat by repeat: `ema.train_update`, `ema.train_update_with_ema`, and `ema.average_update`, the
+update of the average alone; `ema.overhead` is its share of a training update.
 
 `quality`: a run trained with train.ema_decay and keep_last 0 (every step checkpoint kept), e.g.
 
@@ -23,13 +23,13 @@ line each, with valid BLEU.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 from pathlib import Path
 
 import torch
 from common import build_model, emit, emit_info, random_batch, set_threads
+from train import Updater
 
 from mtx.checkpoint import load_checkpoint, model_config_of, step_checkpoints
 from mtx.config.recipe import DecodeConfig
@@ -42,21 +42,15 @@ from mtx.train.loss import batch_loss
 def cost(args: argparse.Namespace) -> None:
     model = build_model(args.preset, args.vocab).train()
     batch = random_batch(args.pairs, args.vocab, 8, 20)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    updater = Updater(lambda b: batch_loss(model, b, 0.1)[0], model, torch.device("cpu"), None)
     ema = WeightAverage(model, 0.999)
-
-    def update() -> None:
-        (batch_loss(model, batch, 0.1)[0] / batch.n_tgt_tokens).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
 
     samples: dict[str, list[float]] = {"train_update": [], "train_update_with_ema": [], "average_update": []}
     for repeat in range(args.repeats + 2):  # two rounds warm up
         start = time.perf_counter()
-        update()
+        updater.run([batch])
         plain = time.perf_counter()
-        update()
+        updater.run([batch])
         updated = time.perf_counter()
         ema.update(repeat + 1000)
         end = time.perf_counter()
