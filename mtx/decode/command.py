@@ -283,7 +283,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
         done = 0
         try:
             for window in read_ahead(lines, READ_AHEAD_LINES):
-                given = list(itertools.islice(given_lines, len(window))) if companion is not None else []
+                given = list(itertools.islice(given_lines, len(window)))  # none without a companion file
                 if companion is not None and len(given) < len(window):
                     raise MtxError(f"{companion[0]} {companion[1]} has {done + len(given):,} lines, but the input has "
                                    f"more: its line {done + len(given) + 1:,} has no line of {companion[1]} to go with "

@@ -120,9 +120,7 @@ class Translator:
         `prefixes`: a target prefix per sentence ("": none), which its translations start with.
         """
         started = time.perf_counter()
-        texts = [normalize_text(s) for s in sentences]
-        todo = [i for i, text in enumerate(texts) if text]
-        sources = [self._source(ids) for ids in self.tokenizer.encode_batch([texts[i] for i in todo])]
+        todo, sources = self._sources(sentences)
         limits = [self._output_limit(len(ids) - 1) for ids in sources]
         forced = self._prefixes(prefixes, todo, limits, first_line)
         results: list[list[Translation]] = [[] for _ in sentences]
@@ -156,10 +154,9 @@ class Translator:
         length-normalised score that search would give it, its tokens and their log-probabilities (EOS last). An
         empty sentence gets None; an empty translation is scored too (EOS alone)."""
         started = time.perf_counter()
-        texts, targets = [normalize_text(s) for s in sentences], [normalize_text(t) for t in translations]
-        todo = [i for i, text in enumerate(texts) if text]
-        sources = [self._source(ids) for ids in self.tokenizer.encode_batch([texts[i] for i in todo])]
-        given = [ids[: self.max_positions - 1] for ids in self.tokenizer.encode_batch([targets[i] for i in todo])]
+        todo, sources = self._sources(sentences)
+        targets = [normalize_text(translations[i]) for i in todo]
+        given = [ids[: self.max_positions - 1] for ids in self.tokenizer.encode_batch(targets)]
         batches = decoding_batches([len(ids) for ids in sources], [len(ids) for ids in given], self.batch_tokens)
         workers, threads_each = decoding_workers(self.device, torch.get_num_threads(), len(batches))
         d = self.decode
@@ -212,6 +209,12 @@ class Translator:
         if self.alignment_layer is not None:
             search += 4 * rows * source_len * (2 * positions + self.models[0].cfg.heads)
         return search
+
+    def _sources(self, sentences: list[str]) -> tuple[list[int], list[list[int]]]:
+        """The indices of the sentences that are not empty once normalised, and their token ids plus EOS."""
+        texts = [normalize_text(s) for s in sentences]
+        todo = [i for i, text in enumerate(texts) if text]
+        return todo, [self._source(ids) for ids in self.tokenizer.encode_batch([texts[i] for i in todo])]
 
     def _source(self, ids: list[int]) -> list[int]:
         """Token ids plus EOS, cut to the model's positions if need be (and counted)."""
