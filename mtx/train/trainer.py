@@ -151,10 +151,11 @@ class Trainer:
         self.budgets = Budgets(self.cfg)
         self.validator = None if valid is None else Validator(valid, recipe, ctx, self.model, self.tokenizer,
                                                               self.signals.requested, self._autocast)
+        split = self.train_split  # what the data says of its pairs goes into checkpoints, which rank 0 alone writes
+        data_stats = training_statistics(split.src_lens, split.tgt_lens, lambda i: (split.src(i), split.tgt(i))
+                                         ) if ctx.is_main else None
         self.keeper = CheckpointKeeper(recipe, ctx, self.model, self.tokenizer, self.optimizer, self.scaler,
-                                       say=self.log.say, ema=self.ema, data_stats=training_statistics(
-                                           self.train_split.src_lens, self.train_split.tgt_lens,
-                                           lambda i: (self.train_split.src(i), self.train_split.tgt(i))))
+                                       say=self.log.say, ema=self.ema, data_stats=data_stats)
         progress = self._resume(restart)
         self.state = TrainState.from_progress(progress, ctx.world, self.cfg.update_freq)
         self._take_this_sessions_shape()
