@@ -1,4 +1,4 @@
-"""`make gpu-check`: the one prepared device check. JSON lines on stdout, within 8 minutes on one GPU.
+"""`make gpu-check`: the one prepared device check. JSON lines on stdout, within 9 minutes on one GPU.
 
     python3 bench/gpu_check.py [--device cuda|cpu] [--out DIR] [--budget SECONDS]
     make gpu-check                # on a GPU machine: DEVICE=cuda
@@ -10,9 +10,15 @@ run), and every result is printed and flushed the moment it is measured:
 
   cuda_tests       pytest -m cuda tests/test_cuda.py: half-precision cached decoding, the fused loss and SDPA's
                    fused kernels on CUDA (all skipped on a CPU); the outcome counts as one line
+  profile          where the time goes (bench/profiling.py): torch.profiler over a few updates of `base` and `big`
+                   at the recipes' per-GPU batch on 8 GPUs and on one (max_tokens 3584 and 28672), and over a
+                   `base` beam-4 search; per profile its time by category, its 15 costliest kernels, and its trace
   train_speed      the GPU, its dense bf16 peak and a measured bf16 matmul; then target tokens/s and MFU of one
                    training update of `base` and `big` (37k vocabulary, bf16 autocast), eager and compiled; the
                    largest max_tokens that fits in memory (doubling from 4096 until out of memory)
+  decode_speed     beam-4 target tokens/s of a `base`-shaped model with a 32k vocabulary on 3,000 sentences of news
+                   length (bench/decode_speed.py), bf16 and fp16, at batch budgets of 4096, 16384 and 65536
+                   tokens: the unit CTranslate2 publishes; CTranslate2 beside it when installed
   demo             recipes/demo.yaml prepared and trained in bf16 on the GPU, time-to-BLEU (from launching
                    `mtx train` to the first validation at the gate), then average → translate → score as
                    `make demo` does, gated on its test BLEU
@@ -56,13 +62,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from common import emit, emit_info, emit_skip, significant  # noqa: E402  (after the path set-up above)
 
-STAGES = ("cuda_tests", "train_speed", "demo", "translate_speed", "torchrun")
+STAGES = ("cuda_tests", "profile", "train_speed", "decode_speed", "demo", "translate_speed", "torchrun")
 # Seconds each stage is planned to take. A stage may use the time the earlier ones left unused, but never the
-# time planned for the stages after it; the budget as a whole is 470 s on a GPU, under the 8 minutes allowed.
+# time planned for the stages after it; the budget as a whole is 540 s on a GPU, under a device call's 10 minutes.
 STAGE_SECONDS = {
-    "cuda": {"cuda_tests": 50, "train_speed": 200, "demo": 115, "translate_speed": 45, "torchrun": 45},
-    "cpu": {"cuda_tests": 20, "train_speed": 35, "demo": 95, "translate_speed": 20, "torchrun": 35},
+    "cuda": {"cuda_tests": 45, "profile": 75, "train_speed": 160, "decode_speed": 60, "demo": 105,
+             "translate_speed": 35, "torchrun": 40},
+    "cpu": {"cuda_tests": 20, "profile": 30, "train_speed": 35, "decode_speed": 20, "demo": 95, "translate_speed": 20,
+            "torchrun": 35},
 }
+DEFAULT_BUDGET = {"cuda": 540.0, "cpu": 280.0}
 DEMO_RECIPE = ROOT / "recipes" / "demo.yaml"
 LABEL_SMOOTHING = 0.1
 
@@ -74,7 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--out", type=Path, help="run directories and logs [default: a new temporary directory]")
-    parser.add_argument("--budget", type=float, help="seconds for the whole check [default: 470 on cuda, 220 on cpu]")
+    parser.add_argument("--budget", type=float, help="seconds for the whole check [default: 540 on cuda, 280 on cpu]")
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset, in this order")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # run one stage (in a child process)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)  # its time.time() deadline
@@ -87,7 +96,7 @@ def main() -> None:
     if unknown:
         parser.error(f"--stages: no stage {', '.join(sorted(unknown))} (the stages: {', '.join(STAGES)})")
     stages = [s for s in STAGES if s in args.stages.split(",")]
-    budget = args.budget or (470.0 if args.device == "cuda" else 220.0)
+    budget = args.budget or DEFAULT_BUDGET[args.device]
     sys.exit(run_all(stages, args.device, out.resolve(), budget))
 
 
@@ -253,8 +262,9 @@ def run_stage(stage: str, device: str, out: Path, deadline: float) -> int:
                   f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
         return 1
     context = Stage(device, out, deadline)
-    runner: Callable[[Stage], None] = {"cuda_tests": cuda_tests, "train_speed": train_speed, "demo": demo,
-                                      "translate_speed": translate_speed, "torchrun": torchrun}[stage]
+    runner: Callable[[Stage], None] = {"cuda_tests": cuda_tests, "profile": profile, "train_speed": train_speed,
+                                      "decode_speed": decode_speed, "demo": demo, "translate_speed": translate_speed,
+                                      "torchrun": torchrun}[stage]
     with context.check(f"gpu_check.{stage}"):
         runner(context)
     return 1 if context.failures else 0
@@ -289,6 +299,31 @@ def cuda_tests(stage: Stage) -> None:
               failed_tests=failed_tests[:20], log=str(stage.out / "cuda_tests.pytest.log"))
     if not ok:
         stage.failures += 1
+
+
+# -------------------------------------------------------------------------------------------------- profile
+
+
+def profile(stage: Stage) -> None:
+    """bench/profiling.py's profiles: training updates of `base` and `big` (bf16 autocast, 37k vocabulary) at
+    max_tokens 3584 (the recipes' per-GPU batch on 8 GPUs) and 28672 (on one), then a `base` beam-4 search in
+    bf16 (32k vocabulary); the traces under --out. On a CPU: `tiny`, small batches, float32."""
+    import torch
+    from profiling import profile_decoding, profile_training
+
+    device = torch.device(stage.device)
+    if stage.cuda:
+        runs = [(preset, max_tokens) for preset in ("base", "big") for max_tokens in (3584, 28672)]
+        vocab, precision, steps, decode = 37_000, "bf16", 3, ("base", 32_000, 128, "bf16")
+    else:
+        runs, vocab, precision, steps, decode = [("tiny", 512)], 1000, "fp32", 2, ("tiny", 1000, 16, "fp32")
+    for preset, max_tokens in runs:
+        with stage.check(f"gpu_check.profile.train.{preset}.{max_tokens}"):
+            profile_training(preset, vocab, max_tokens, device, precision, steps, stage.out)
+        free_memory(device)
+    preset, vocab, sentences, dtype = decode
+    with stage.check(f"gpu_check.profile.decode.{preset}"):
+        profile_decoding(preset, vocab, sentences, 28, device, dtype, steps, stage.out)
 
 
 # ---------------------------------------------------------------------------------------------- train_speed
@@ -495,6 +530,22 @@ def free_memory(device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+# --------------------------------------------------------------------------------------------- decode_speed
+
+
+def decode_speed(stage: Stage) -> None:
+    """bench/decode_speed.py: beam-4 target tokens/s of a `base`-shaped model (32k vocabulary) on 3,000 sentences,
+    bf16 and fp16, at three batch budgets; CTranslate2 beside it when installed. On a CPU: `tiny`, 60 sentences,
+    float32 (which CTranslate2 computes there too) and bf16."""
+    import torch
+    from decode_speed import measure
+
+    if stage.cuda:
+        measure("base", 32_000, 3000, 28, [4096, 16384, 65536], ["bf16", "fp16"], torch.device("cuda"), repeats=3)
+    else:
+        measure("tiny", 1000, 60, 28, [256, 1024], ["fp32", "bf16"], torch.device("cpu"), repeats=1)
 
 
 # ----------------------------------------------------------------------------------------------------- demo

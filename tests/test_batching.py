@@ -19,6 +19,7 @@ from mtx.data.batching import (
     make_batches,
     pair_costs,
     pairs_within,
+    update_shape,
 )
 from mtx.errors import MtxError
 from mtx.tokenizer import BOS, EOS, PAD
@@ -492,3 +493,17 @@ def test_pairs_within_a_limit() -> None:
     src, tgt = np.array([1, 9, 3, 0], dtype=np.uint16), np.array([4, 2, 9, 65535], dtype=np.uint16)
     assert pairs_within(src, tgt, 9).tolist() == [True, False, False, False]  # 65535 + 1 does not wrap round
     assert pairs_within(src[:0], tgt[:0], 9).tolist() == []
+
+
+@pytest.mark.parametrize(("update_tokens", "max_tokens", "world", "expected"), [
+    (28672, 28672, 1, (28672, 1)), (28672, 28672, 8, (3584, 1)), (28672, 8192, 1, (7168, 4)),
+    (28672, 3584, 2, (3584, 4)), (28672, 4096, 3, (3186, 3)), (100, 4096, 3, (34, 1)), (5, 1, 2, (1, 3)),
+])
+def test_update_shape_takes_the_fewest_equal_micro_batches_within_max_tokens(update_tokens, max_tokens, world,
+                                                                             expected) -> None:
+    micro, update_freq = update_shape(update_tokens, max_tokens, world)
+    assert (micro, update_freq) == expected
+    assert micro <= max_tokens
+    assert update_tokens <= micro * world * update_freq < update_tokens + world * update_freq
+    if update_freq > 1:  # one micro-batch fewer would not hold the update within max_tokens
+        assert max_tokens * world * (update_freq - 1) < update_tokens

@@ -247,6 +247,32 @@ def test_a_training_micro_batch_never_waits_for_the_gpu() -> None:
     assert sums.device.type == "cuda" and model.tgt_embed.weight.grad is not None
 
 
+def test_a_batch_without_source_padding_trains_as_with_its_all_false_mask() -> None:
+    """Sources of one length go to SDPA without a mask (`Batch.src_pad_if_any`), which may then run its flash
+    kernel: under bf16 autocast the loss and the output matrix's gradient are those of the masked path, which
+    runs another kernel, to bf16's tolerance."""
+    import dataclasses
+
+    from mtx.data.batching import Batch
+    from mtx.train.loss import batch_loss
+
+    torch.manual_seed(0)
+    model = Transformer(resolve_model(ModelConfig(preset="tiny", dropout=0.0)), VOCAB).to(CUDA).train()
+    src, tgt = padded_tokens((9, 9, 9), VOCAB, seed=1), padded_tokens((6, 8, 3), VOCAB, seed=2)
+    tgt_in = torch.cat([torch.full((3, 1), BOS, device=CUDA), tgt[:, :-1]], dim=1).masked_fill(tgt == PAD, PAD)
+    unmasked = Batch(src, src == PAD, tgt_in, tgt, int((tgt != PAD).sum()))
+    assert unmasked.src_pad_if_any is None
+    results = []
+    for batch in (unmasked, dataclasses.replace(unmasked, src_padded=True)):
+        model.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss_sum, _, _ = batch_loss(model, batch, 0.1)
+        loss_sum.backward()
+        results.append((loss_sum.detach(), model.tgt_embed.weight.grad.clone()))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=0, rtol=1e-2)
+    torch.testing.assert_close(results[0][1], results[1][1], atol=1e-3, rtol=2e-2)
+
+
 def test_a_checkpoint_of_a_gpu_model_stores_the_tied_matrix_once(tmp_path) -> None:
     """Moving a GPU model's state to the CPU must keep the three names of the tied embedding one tensor."""
     from mtx.checkpoint import load_checkpoint, make_checkpoint, save_checkpoint

@@ -14,14 +14,14 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("cuda_tests", "train_speed", "demo", "translate_speed", "torchrun")
+STAGES = ("cuda_tests", "profile", "train_speed", "decode_speed", "demo", "translate_speed", "torchrun")
 
 
 def test_gpu_check_runs_every_stage_on_a_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
     # A budget above the default leaves room for a busy machine: the stages' shares only cap them.
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--out",
-                             str(tmp_path), "--budget", "360"],
+                             str(tmp_path), "--budget", "440"],
                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     lines = result.stdout.splitlines()
     records = [json.loads(line) for line in lines]  # every line is one JSON object
@@ -42,8 +42,15 @@ def test_gpu_check_runs_every_stage_on_a_cpu(tmp_path: Path) -> None:
             "gpu_check.train.tiny.compiled.tokens_per_s", "gpu_check.train.tiny.max_tokens",
             "gpu_check.demo.prepare", "gpu_check.demo.valid", "gpu_check.demo.time_to_bleu", "gpu_check.demo.test_bleu",
             "gpu_check.translate.bf16.sentences_per_s", "gpu_check.translate.fp16.sentences_per_s",
-            "gpu_check.torchrun.2proc"} <= names
+            "gpu_check.torchrun.2proc", "profile.train.tiny.512.summary", "profile.train.tiny.512.top_kernels",
+            "profile.decode.tiny.beam4.fp32.summary", "profile.decode.tiny.beam4.fp32.top_kernels",
+            "decode_speed.mtx.fp32.tokens_per_s", "decode_speed.mtx.bf16.tokens_per_s"} <= names
     assert any(name.startswith("gpu_check.translate.ct2") for name in names)  # measured, or skipped and why
+    assert any(name.startswith("decode_speed.ct2") for name in names)
+    for record in records:
+        if record["name"].startswith("profile.") and record["name"].endswith(".summary"):
+            assert Path(record["trace"]).is_file() and Path(record["trace"]).parent == tmp_path
+            assert record["categories"]["matmul"]["ms_per_step"] > 0
     search = next(r for r in records if r["name"] == "gpu_check.train.tiny.max_tokens")
     assert search["largest"] == search["capped_at"] == 2048
     time_to_bleu = next(r for r in records if r["name"] == "gpu_check.demo.time_to_bleu")

@@ -1,5 +1,6 @@
 """Label-smoothed cross-entropy: fairseq's formula, padding ignored, sums not means."""
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
 
@@ -108,6 +109,27 @@ def test_batch_loss_equals_the_loss_of_the_full_logits() -> None:
         return label_smoothed_loss(logits, batch.tgt_out, 0.1)
 
     assert_same(losses_and_gradients(model, lambda: batch_loss(model, batch, 0.1), loss_of_every_position))
+
+
+def test_a_batch_without_source_padding_attends_without_a_mask_to_the_same_loss() -> None:
+    """Sources of one length: no mask goes to attention (SDPA may then take its flash kernel on a GPU), and
+    the loss and every gradient are those of the all-False mask. A padded batch keeps its mask, moved or not."""
+    model, batch = model_and_batch()
+    assert not batch.src_padded and batch.src_pad_if_any is None
+    masked = dataclasses.replace(batch, src_padded=True)
+    assert masked.src_pad_if_any is masked.src_pad
+    results = []
+    for each in (batch, masked):
+        model.zero_grad()
+        sums = batch_loss(model, each, 0.1)
+        sums[0].backward()
+        results.append((sums, torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])))
+    assert_same(results)
+
+    src = batch.src.clone()
+    src[0, -2:] = PAD
+    padded = Batch(src, src == PAD, batch.tgt_in, batch.tgt_out, batch.n_tgt_tokens)
+    assert padded.src_padded and padded.to(torch.device("cpu")).src_pad_if_any is not None
 
 
 def test_batch_loss_runs_the_forward_pass_through_the_wrapper_it_is_given() -> None:

@@ -549,6 +549,53 @@ def test_a_resume_on_another_shape_continues_at_the_batch_where_the_run_stopped(
     assert (state["batch_in_epoch"], state["world"], state["update_freq"]) == (10, 1, 1)
 
 
+def test_update_tokens_sets_each_sessions_micro_batches_from_its_processes(tmp_path: Path, capfd) -> None:
+    """train.update_tokens 320 with max_tokens 160: 2 micro-batches of 160 on one process, 1 each on two, 1 of
+    107 each on three; the run trains exactly as max_tokens 160 with update_freq 2 does, and says so."""
+    from mtx.train import distributed
+    from mtx.train.trainer import Trainer, for_this_session
+
+    path = prepared(tmp_path / "a")
+    shapes = {world: (cfg.max_tokens, cfg.update_freq) for world in (1, 2, 3)
+              for cfg in [for_this_session(recipe(path, update_tokens=320), world).train]}
+    assert shapes == {1: (160, 2), 2: (160, 1), 3: (107, 1)}
+    assert for_this_session(recipe(path), 8).train == recipe(path).train  # without update_tokens: as it is
+
+    chosen = Trainer(recipe(path, update_tokens=320, max_steps=3, save_every=100), distributed.setup("cpu"))
+    assert "train.update_tokens 320 on 1 process: micro-batches of up to 160 tokens, update_freq 2." in \
+        " ".join(capfd.readouterr().err.split())
+    chosen.fit()
+    explicit = Trainer(recipe(prepared(tmp_path / "b"), update_freq=2, max_steps=3, save_every=100),
+                       distributed.setup("cpu"))
+    explicit.fit()
+    distributed.teardown()
+    assert chosen.state.batch_in_epoch == explicit.state.batch_in_epoch == 6
+    for name, tensor in explicit.model.state_dict().items():
+        assert torch.equal(chosen.model.state_dict()[name], tensor), name
+
+
+def test_a_resume_with_another_max_tokens_continues_at_the_same_fraction_of_the_epoch(tmp_path: Path,
+                                                                                        capfd) -> None:
+    """Batches of 160 tokens for 4 updates, then of 80 (as after running out of memory): the second session's
+    batches are others, so it continues where the same share of the epoch is done, and says so."""
+    from mtx.train import distributed
+    from mtx.train.trainer import Trainer
+
+    path = prepared(tmp_path)
+    first = train(recipe(path, max_steps=4, save_every=100))
+    assert (first.batch_in_epoch, first.max_tokens) == (4, 160)
+    capfd.readouterr()
+    trainer = Trainer(recipe(path, max_tokens=80, max_steps=5), distributed.setup("cpu"))
+    distributed.teardown()
+    now = len(trainer.plan.batches)
+    assert now > first.epoch_batches
+    expected = round(4 * now / first.epoch_batches)
+    assert (trainer.state.batch_in_epoch, trainer.state.max_tokens, trainer.state.epoch_batches) == (expected, 80, now)
+    assert (f"The batches were cut with max_tokens 160 when the run stopped and are cut with 80 now: it continues "
+            f"at the same fraction of epoch 1, batch {expected} of {now} (it stopped at 4 of "
+            f"{first.epoch_batches}).") in " ".join(capfd.readouterr().err.split())
+
+
 def test_a_checkpoint_that_counted_updates_resumes_at_the_same_batch() -> None:
     """A checkpoint from before positions were counted in batches (update_in_epoch, no shape) resumes as
     that mtx would have resumed it: this session's shape, update_in_epoch of its updates."""

@@ -340,6 +340,11 @@ class TrainConfig:
         4096, "Padded token slots per GPU per micro-batch: sentences × max(source, target length + 1), as "
         "fairseq counts them.")
     update_freq: int = setting(1, "Micro-batches whose gradients are accumulated into one update.")
+    update_tokens: int | None = setting(
+        None, "Padded token slots per update over all GPUs (max_tokens × GPUs × update_freq): with it, each "
+        "session cuts its micro-batches (up to max_tokens per GPU) and sets update_freq from its number of "
+        "processes, fewest micro-batches first, so a recipe makes the same updates on 1 GPU or 8. null: "
+        "max_tokens and update_freq as given.")
     lr_schedule: Literal["inverse_sqrt", "noam"] = setting(
         "inverse_sqrt", "noam: the paper's d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), lr a scale factor; "
         "inverse_sqrt: fairseq's linear warmup to lr, then ∝ 1/√step.")
@@ -390,6 +395,10 @@ class TrainConfig:
         for name in ("max_tokens", "update_freq", "max_steps", "save_every", "validate_every", "log_every",
                      "valid_beam"):
             _check(getattr(self, name) >= 1, f"{key}.{name}", getattr(self, name), "must be at least 1")
+        _check(self.update_tokens is None or self.update_tokens >= 1, f"{key}.update_tokens", self.update_tokens,
+               "must be at least 1 (or null)")
+        _check(self.update_tokens is None or self.update_freq == 1, f"{key}.update_freq", self.update_freq,
+               "must be left at 1 with train.update_tokens, which sets it from the number of processes")
         _check(self.lr > 0, f"{key}.lr", self.lr, "must be positive")
         _check(self.warmup >= 0, f"{key}.warmup", self.warmup, "must be ≥ 0")
         _check(self.lr_schedule != "noam" or self.warmup >= 1, f"{key}.warmup", self.warmup,

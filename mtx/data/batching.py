@@ -24,6 +24,7 @@ since the translation's length is not known before it is decoded.
 from __future__ import annotations
 
 import itertools
+import math
 import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -264,6 +265,16 @@ def _slices(order: Indices, cuts: list[int]) -> list[Indices]:
     return [order[start:end] for start, end in zip([0, *cuts], [*cuts, len(order)], strict=True)]
 
 
+def update_shape(update_tokens: int, max_tokens: int, world: int) -> tuple[int, int]:
+    """(max_tokens, update_freq) of every rank's micro-batches for updates of about `update_tokens` padded token
+    slots over `world` ranks (train.update_tokens): the fewest micro-batches within `max_tokens` each, all of
+    one size. A GPU runs one large batch faster than several small ones of the same tokens, so accumulating is
+    the last resort: 28,672 slots are 1 × 28,672 on one GPU, 1 × 3,584 on eight and, with max_tokens 8,192,
+    4 × 7,168 on one."""
+    update_freq = math.ceil(update_tokens / (world * max_tokens))
+    return math.ceil(update_tokens / (world * update_freq)), update_freq
+
+
 @dataclass(frozen=True)
 class BatchPlan:
     """Which batches this rank trains on, update by update, epoch by epoch.
@@ -318,7 +329,8 @@ class Batch:
 
     src = ids + [EOS]; tgt_in = [BOS] + ids; tgt_out = ids + [EOS]; PAD on the right; src_pad = src == PAD.
     The target tokens' positions in the flattened (B·T) target, and those tokens, are found once, where the
-    batch is made (on the CPU): on a GPU, finding them there would make the host wait for the device.
+    batch is made (on the CPU): on a GPU, finding them there would make the host wait for the device. So is
+    whether any source is padded at all: most batches of length-sorted pairs have sources of one length.
     """
 
     src: Tensor  # (B, S)
@@ -328,15 +340,24 @@ class Batch:
     n_tgt_tokens: int  # non-pad target tokens: what the loss is normalised by
     tgt_positions: Tensor | None = None  # (N,) flat indices of the non-pad targets; found from tgt_out if None
     tgt_tokens: Tensor | None = None  # (N,) those targets, tgt_out.flatten()[tgt_positions]
+    src_padded: bool | None = None  # whether src_pad marks any position; found from src_pad if None
 
     def __post_init__(self) -> None:
         if self.tgt_positions is None:
             self.tgt_positions = (self.tgt_out != PAD).flatten().nonzero().squeeze(1)
             self.tgt_tokens = self.tgt_out.flatten().index_select(0, self.tgt_positions)
+        if self.src_padded is None:
+            self.src_padded = bool(self.src_pad.any())
+
+    @property
+    def src_pad_if_any(self) -> Tensor | None:
+        """src_pad, or None where no source is padded: attention then takes no mask, which lets SDPA on a GPU
+        run its flash kernel (it takes no arbitrary mask) for the encoder's and the cross-attention."""
+        return self.src_pad if self.src_padded else None
 
     def _map(self, fn) -> Batch:
         return Batch(fn(self.src), fn(self.src_pad), fn(self.tgt_in), fn(self.tgt_out), self.n_tgt_tokens,
-                     fn(self.tgt_positions), fn(self.tgt_tokens))
+                     fn(self.tgt_positions), fn(self.tgt_tokens), self.src_padded)
 
     def to(self, device: torch.device) -> Batch:
         """On `device`; from pinned memory the copies are asynchronous (`non_blocking`)."""

@@ -152,7 +152,8 @@ def batch_loss(model: Transformer, batch: Batch, epsilon: float, run: nn.Module 
     `tgt_positions`), so the output projection and the loss, forward and backward, skip the batch's target
     padding, and `projected_label_smoothed_loss` projects them with the model's output matrix
     (`Transformer.output_weight`). `run`, when given, is the module that runs that forward pass: the model's
-    DistributedDataParallel or `torch.compile` wrapper, which shares the model's parameters.
+    DistributedDataParallel or `torch.compile` wrapper, which shares the model's parameters. A batch whose
+    sources have no padding passes no source mask (`Batch.src_pad_if_any`).
     """
-    states = (model if run is None else run)(batch.src, batch.src_pad, batch.tgt_in, batch.tgt_positions)
+    states = (model if run is None else run)(batch.src, batch.src_pad_if_any, batch.tgt_in, batch.tgt_positions)
     return projected_label_smoothed_loss(states, model.output_weight, batch.tgt_tokens, epsilon)

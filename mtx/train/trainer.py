@@ -43,7 +43,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mtx.checkpoint import describe_checkpoint, inference_weights
 from mtx.config.recipe import ModelConfig, Recipe, TrainConfig, parse_duration
-from mtx.data.batching import Batch, BatchPlan, collate, in_background
+from mtx.data.batching import Batch, BatchPlan, collate, in_background, update_shape
 from mtx.data.prepared import load_manifest, load_split
 from mtx.decode.flags import training_statistics
 from mtx.devices import allow_tf32, available_memory, choose_dtype
@@ -73,6 +73,8 @@ class TrainState:
     batch_in_epoch: int = 0  # batches of `epoch`'s order trained on: where a resumed run continues
     world: int = 1  # the processes and train.update_freq of the session that saved this state: the batches
     update_freq: int = 1  # of an update, which a resume on another shape reports
+    max_tokens: int | None = None  # and the budget and number of the epoch's batches it counted positions in
+    epoch_batches: int | None = None  # (None: saved by an mtx that did not record them)
     train_seconds: float = 0.0  # summed over all sessions of the run; what train.max_time budgets
     best_bleu: float | None = None
     bad_validations: int = 0  # validations since best_bleu last improved
@@ -92,6 +94,16 @@ class TrainState:
             state.world, state.update_freq = world, update_freq
             state.batch_in_epoch = progress.get("update_in_epoch", 0) * world * update_freq
         return state
+
+
+def for_this_session(recipe: Recipe, world: int) -> Recipe:
+    """The recipe with train.update_tokens turned into this session's max_tokens and update_freq for `world`
+    processes (mtx.data.batching.update_shape); as it is without it."""
+    cfg = recipe.train
+    if cfg.update_tokens is None:
+        return recipe
+    max_tokens, update_freq = update_shape(cfg.update_tokens, cfg.max_tokens, world)
+    return dataclasses.replace(recipe, train=dataclasses.replace(cfg, max_tokens=max_tokens, update_freq=update_freq))
 
 
 def learning_rate(cfg: TrainConfig, d_model: int, step: int) -> float:
@@ -123,9 +135,14 @@ class Trainer:
     def __init__(self, recipe: Recipe, ctx: distributed.Context, restart: bool = False,
                  lock: RunLock | None = None) -> None:
         """`lock`: the run directory's lock, which rank 0 holds (mtx.train.run_lock), None on the other ranks."""
+        recipe = for_this_session(recipe, ctx.world)
         self.recipe, self.cfg, self.ctx, self.lock = recipe, recipe.train, ctx, lock
         distributed.check_shared_directory(recipe.run_path)
         self.log = MetricsLog(recipe.run_path / "metrics.jsonl", ctx, self.cfg.tensorboard)  # TensorBoard checked here
+        if self.cfg.update_tokens is not None:
+            self.log.say(f"train.update_tokens {self.cfg.update_tokens:,} on {ctx.world} process"
+                         f"{'es' if ctx.world > 1 else ''}: micro-batches of up to {self.cfg.max_tokens:,} tokens, "
+                         f"update_freq {self.cfg.update_freq}.")
         data_dir = recipe.run_path / "data"
         manifest = load_manifest(data_dir)
         check_data_matches_recipe(recipe, manifest, data_dir)
@@ -202,10 +219,20 @@ class Trainer:
     def _take_this_sessions_shape(self) -> None:
         """A run resumed on another number of processes or update_freq continues at the very batch where it
         stopped (positions are counted in batches of the epoch's order), and says so in one line, with whether
-        an update's batches (the effective batch) changed."""
+        an update's batches (the effective batch) changed. One resumed with another max_tokens (lowered after
+        running out of memory, or set anew by train.update_tokens on another number of processes) has other
+        batches: it continues at the same fraction of the epoch, which it says too."""
         state, world, update_freq = self.state, self.ctx.world, self.cfg.update_freq
         before, now = state.world * state.update_freq, world * update_freq
-        if (state.world, state.update_freq) != (world, update_freq):
+        batches = len(self.plan.batches)
+        if state.max_tokens not in (None, self.cfg.max_tokens) and state.epoch_batches:
+            position = state.batch_in_epoch
+            state.batch_in_epoch = min(batches, round(position * batches / state.epoch_batches))
+            self.log.say(f"The batches were cut with max_tokens {state.max_tokens:,} when the run stopped and are "
+                         f"cut with {self.cfg.max_tokens:,} now: it continues at the same fraction of epoch "
+                         f"{state.epoch}, batch {state.batch_in_epoch:,} of {batches:,} (it stopped at "
+                         f"{position:,} of {state.epoch_batches:,}).")
+        elif (state.world, state.update_freq) != (world, update_freq):
             effect = (f"An update has the same {now} batches as before." if before == now else
                       f"The effective batch changes from {before} to {now} batches of up to train.max_tokens tokens "
                       "per update; the learning rate schedule stays as it was.")
@@ -213,6 +240,7 @@ class Trainer:
                          f"where the run stopped on {state.world} × {state.update_freq}: it continues at batch "
                          f"{state.batch_in_epoch:,} of epoch {state.epoch}. {effect}")
         state.world, state.update_freq = world, update_freq
+        state.max_tokens, state.epoch_batches = self.cfg.max_tokens, batches
 
     # ---- the loop
 
@@ -485,9 +513,10 @@ def train(recipe: Recipe, restart: bool = False) -> TrainState:
             if not is_out_of_memory(e):
                 raise
             memory = "GPU memory" if ctx.device.type == "cuda" else "memory"
-            raise MtxError(f"Out of {memory} while training ({first_line(e)}). Lower "
-                           "train.max_tokens and raise train.update_freq to keep the update's size (the same "
-                           "gradient), or use a smaller model.") from None
+            keep = ("train.update_tokens keeps the update's size" if recipe.train.update_tokens is not None else
+                    "raise train.update_freq to keep the update's size")
+            raise MtxError(f"Out of {memory} while training ({first_line(e)}). Lower train.max_tokens ({keep}: "
+                           "the same gradient), or use a smaller model.") from None
     finally:
         if lock is not None:
             lock.release()
