@@ -357,7 +357,9 @@ class TrainConfig:
     clip_norm: float = setting(0.0, "Clip the gradients' global norm to this; 0 disables clipping.")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = setting(
         "auto", "auto: bf16 autocast on GPUs that have it, fp16 with a gradient scaler on older ones, fp32 on CPU.")
-    compile: bool = setting(False, "torch.compile the model, with dynamic shapes (one graph for every batch shape).")
+    compile: bool = setting(
+        False, "torch.compile the model, with dynamic shapes (one graph for every batch shape, one more for "
+        "batches whose sources are not padded).")
     device: Literal["auto", "cpu", "cuda"] = setting("auto", "auto: this rank's GPU if there is one, else the CPU.")
     max_steps: int = setting(100_000, "Stop after this many updates.")
     max_epochs: int | None = setting(None, "Stop after this many passes over the training data.")
