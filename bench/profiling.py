@@ -20,8 +20,8 @@ gpu_check.py's `profile` stage runs the same (`profile_training`, `profile_decod
                                 memcpy        copies and fills between or on devices (a GPU's memcpy / memset)
                                 host_gaps     the device idle inside the window: on a GPU, waiting for the host to
                                               launch work; on a CPU, time outside any operator (Python, dispatch)
-  profile.<what>.top_kernels  the 15 costliest kernels (operators, by self time, on a CPU): ms per step, calls per
-                              step, mean µs, category
+  profile.<what>.top_kernels  the 15 costliest kernels (operators, by self time, on a CPU), each counted apart in
+                              each category it ran in: ms per step, calls per step, mean µs, category
   <out>/profile.<what>.trace.json.gz   the Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing)
 
 A kernel's category comes from where it was launched, then from its name: a kernel launched inside the fused
@@ -93,18 +93,17 @@ def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
     busy = union_length(busy_intervals, start, end)
     per_step = len(steps)
     by_category: dict[str, float] = defaultdict(float)
-    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, ""])
+    by_kernel: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])  # (name, category): µs, calls
     for w in work:
         by_category[w["category"]] += w["self"]
-        entry = by_name[w["name"]]
+        entry = by_kernel[w["name"], w["category"]]
         entry[0] += w["self"]
         entry[1] += 1
-        entry[2] = w["category"]
     by_category["host_gaps"] = window - busy
     total = sum(by_category.values())  # busy time counted per kernel (streams may overlap) plus the gaps
     categories = {c: {"ms_per_step": significant(by_category[c] / per_step / 1e3),
                       "share": significant(by_category[c] / total) if total else 0.0} for c in CATEGORIES}
-    top = sorted(by_name.items(), key=lambda item: -item[1][0])[:TOP_KERNELS]
+    top = sorted(by_kernel.items(), key=lambda item: -item[1][0])[:TOP_KERNELS]
     return {
         "device": "cuda" if kernels else "cpu",
         "steps": per_step,
@@ -116,7 +115,7 @@ def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
         "categories": categories,
         "top_kernels": [{"name": name[:160], "category": category, "ms_per_step": significant(us / per_step / 1e3),
                          "calls_per_step": significant(calls / per_step), "mean_us": significant(us / calls)}
-                        for name, (us, calls, category) in top],
+                        for (name, category), (us, calls) in top],
     }
 
 
