@@ -40,7 +40,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 
 from common import FIRST_WORD, build_model, emit, emit_skip, peers_missing, synchronize  # noqa: E402
 
-from mtx.data.batching import decoding_batches  # noqa: E402
+from mtx.data.batching import decoding_batches, padded  # noqa: E402
 from mtx.decode.search import search  # noqa: E402
 from mtx.decode.translator import prepare_model  # noqa: E402
 from mtx.tokenizer import EOS, PAD  # noqa: E402
@@ -54,17 +54,11 @@ def news_length_sources(sentences: int, vocab: int, seed: int = 0) -> list[list[
     return [[*rng.integers(FIRST_WORD, vocab, n).tolist(), EOS] for n in lengths]
 
 
-def padded_batch(rows: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    src = torch.tensor([r + [PAD] * (width - len(r)) for r in rows], device=device)
-    return src, src == PAD
-
-
 def mtx_tokens_per_s(model: torch.nn.Module, sources: list[list[int]], tokens: int, batch_tokens: int,
                      device: torch.device, repeats: int) -> tuple[list[float], int]:
     """Target tokens/s of each repeat of decoding every source, and the number of batches."""
     plan = decoding_batches([len(s) for s in sources], [tokens] * len(sources), batch_tokens)
-    batches = [padded_batch([sources[i] for i in indices], device) for indices in plan]
+    batches = [(src, src == PAD) for src in (padded([sources[i] for i in indices]).to(device) for indices in plan)]
 
     def decode_all(selected) -> int:
         produced = 0
