@@ -1,11 +1,23 @@
-"""The joint subword vocabulary: byte-level BPE over both languages, with fixed special-token ids.
+"""The joint subword vocabulary over both languages, with fixed special-token ids, in one of two styles.
 
-Why byte-level: every string is a sequence of UTF-8 bytes, and the 256 bytes are the BPE's initial alphabet,
-so any character — an emoji, a CJK ideograph, a symbol never seen in training — is encoded exactly (as its
-bytes when no merge covers it) and nothing ever becomes UNK. Decoding is therefore lossless for every string:
-`decode(encode(s)) == s`, including spacing around punctuation ("Hallo , Welt" and "Hallo, Welt" stay
-different). A space is prepended before pre-tokenization so a word is spelled the same at the start of a
-sentence as inside it; the decoder strips that one space again. UNK keeps its fixed id only for the contract.
+Both styles are lossless and never produce UNK: `decode(encode(s)) == s` for every string that
+`normalize_text` returns (control characters removed, NFC, runs of whitespace made one space, no space at
+either end: mtx applies it to every sentence before encoding, so it is part of the contract), spacing around
+punctuation included ("Hallo , Welt" and "Hallo, Welt" stay different). UNK keeps its fixed id only for the
+contract.
+
+- `bytelevel` (GPT-2's): every string is a sequence of UTF-8 bytes, and the 256 bytes, spelled as printable
+  characters ("Ġ" for the space), are the BPE's initial alphabet, so any character — an emoji, a CJK ideograph,
+  a symbol never seen in training — is encoded exactly, as its bytes when no merge covers it. A space is
+  prepended before pre-tokenization so a word is spelled the same at the start of a sentence as inside it; the
+  decoder strips that one space again. Punctuation and digits are split from letters before BPE.
+- `metaspace` (SentencePiece's, as Marian, OpenNMT-py, Sockeye and most WMT systems use): a space becomes "▁"
+  and starts the word it precedes (one is put before the first word too), words are split at spaces only,
+  and the initial alphabet is characters, not bytes: a French "é" is one symbol before any merge, so a
+  vocabulary of a given size spends fewer tokens on accented text. A character the vocabulary lacks is spelled
+  as its UTF-8 bytes, tokens "<0x00>" … "<0xFF>" that follow the special tokens (byte fallback). The model is
+  BPE or unigram (Kudo 2018). A literal "▁" in the text would decode as a space, so the normalizer first
+  makes it U+0001, a control character that normalized text never holds, and the decoder makes that "▁" again.
 
 Special tokens are never added by `encode`: the stored data holds plain sentence ids and the trainer adds
 BOS/EOS where the model needs them. Literal text such as "</s>" in the input is encoded as ordinary text.
@@ -26,6 +38,7 @@ import codecs
 import contextlib
 import functools
 import hashlib
+import json
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -36,6 +49,12 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # in id order
+METASPACE = "▁"
+_METASPACE_STAND_IN = "\x01"  # what a literal "▁" is while encoded: normalize_text removes every U+0001
+BYTE_TOKENS = [f"<0x{byte:02X}>" for byte in range(256)]  # metaspace's byte fallback, in byte order
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-F]{2})>")
+_ALPHABET_LIMIT = 1000  # metaspace BPE: the most frequent characters that are symbols; the rest are bytes
+_FALLBACK_SCORE = -1e9  # a unigram score no segmentation of ordinary text prefers: see `_metaspace_unigram`
 
 # C0/C1 control characters that are not whitespace (those are collapsed separately), and the byte-order mark.
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\ufeff]")
@@ -70,17 +89,6 @@ def byte_level_spelling() -> dict[str, int]:
 _BYTE_OF = byte_level_spelling()
 
 
-def whole_characters(vocabulary: dict[str, int]) -> dict[str, str]:
-    """The text of each token of `vocabulary` (spelling → id) whose bytes are whole UTF-8 characters, by its
-    spelling: the tokens that `Tokenizer.pieces` needs not decode byte by byte."""
-    texts = {}
-    for spelled in vocabulary:
-        if all(character in _BYTE_OF for character in spelled):
-            with contextlib.suppress(UnicodeDecodeError):
-                texts[spelled] = bytes(_BYTE_OF[character] for character in spelled).decode("utf-8")
-    return texts
-
-
 def word_of_each_piece(pieces: list[str]) -> list[int | None]:
     """For the text pieces whose concatenation is a sentence, the index of the word of
     `normalize_text(sentence)` where each piece's first visible character falls; None for a piece that shows
@@ -108,31 +116,93 @@ def word_of_each_piece(pieces: list[str]) -> list[int | None]:
     return owners
 
 
+def _bytelevel_bpe(lines: Iterable[str], vocab_size: int, min_frequency: int, specials: list[str]) -> HfTokenizer:
+    """GPT-2's byte-level BPE, as every mtx before vocabulary styles learnt it: their checkpoints hold this."""
+    hf = HfTokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK]))
+    hf.normalizer = normalizers.Prepend(" ")
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    hf.train_from_iterator(lines, trainer)
+    return hf
+
+
+def _metaspace(hf: HfTokenizer) -> HfTokenizer:
+    """The normalizer, pre-tokenizer and decoder of the metaspace style, around `hf`'s model."""
+    hf.normalizer = normalizers.Replace(METASPACE, _METASPACE_STAND_IN)
+    hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
+    hf.decoder = decoders.Sequence([
+        decoders.Replace(METASPACE, " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0),
+        decoders.Replace(_METASPACE_STAND_IN, METASPACE),
+    ])
+    return hf
+
+
+def _metaspace_bpe(lines: Iterable[str], vocab_size: int, min_frequency: int, specials: list[str]) -> HfTokenizer:
+    """Characters as the initial alphabet (the most frequent `_ALPHABET_LIMIT`, or fewer in a small vocabulary),
+    merges learnt over them, then the byte tokens put after the specials and every learnt token's id moved up.
+    A merge whose result spells a special or byte token is dropped, with every merge built on it: such a token
+    would decode as a byte, or not at all."""
+    learnt = vocab_size - len(BYTE_TOKENS)  # the trainer counts the specials in its size
+    trainer = trainers.BpeTrainer(vocab_size=learnt, min_frequency=min_frequency, special_tokens=specials,
+                                  limit_alphabet=min(_ALPHABET_LIMIT, max(1, (learnt - len(specials)) // 2)),
+                                  show_progress=False)
+    hf = _metaspace(HfTokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK])))
+    hf.train_from_iterator(lines, trainer)
+    spec = json.loads(hf.to_str())
+    reserved, merges = {*specials, *BYTE_TOKENS}, []
+    for left, right in spec["model"]["merges"]:
+        if left in reserved or right in reserved or left + right in reserved:
+            reserved.add(left + right)
+        else:
+            merges.append([left, right])
+    tokens = [t for t, _ in sorted(spec["model"]["vocab"].items(), key=lambda item: item[1])[len(specials):]
+              if t not in reserved]
+    spec["model"].update(vocab={t: i for i, t in enumerate([*specials, *BYTE_TOKENS, *tokens])}, merges=merges,
+                         byte_fallback=True)
+    return HfTokenizer.from_str(json.dumps(spec))
+
+
+def _metaspace_unigram(lines: Iterable[str], vocab_size: int, specials: list[str]) -> HfTokenizer:
+    """A unigram language model over pieces (SentencePiece's default), then the byte tokens after the specials.
+
+    A unigram model matches pieces against the text, special and byte tokens included, so "<s>" typed by a user
+    could become BOS. Those tokens get a score no segmentation of ordinary text prefers, and every character of
+    their spelling is in the initial alphabet, so spelling them as ordinary pieces always scores higher."""
+    alphabet = sorted({character for token in [*specials, *BYTE_TOKENS] for character in token})
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size - len(BYTE_TOKENS), special_tokens=specials,
+                                      unk_token=SPECIAL_TOKENS[UNK], initial_alphabet=alphabet,
+                                      max_piece_length=16, show_progress=False)
+    hf = _metaspace(HfTokenizer(models.Unigram()))
+    hf.train_from_iterator(lines, trainer)
+    spec = json.loads(hf.to_str())
+    reserved = [*specials, *BYTE_TOKENS]
+    taken = set(reserved)
+    pieces = [piece for piece in spec["model"]["vocab"][len(specials):] if piece[0] not in taken]
+    spec["model"].update(vocab=[[token, _FALLBACK_SCORE] for token in reserved] + pieces, byte_fallback=True)
+    return HfTokenizer.from_str(json.dumps(spec))
+
+
 class Tokenizer:
-    """A trained BPE vocabulary: text ↔ ids without special tokens."""
+    """A trained subword vocabulary of either style: text ↔ ids without special tokens."""
 
     def __init__(self, hf: HfTokenizer) -> None:
         hf.encode_special_tokens = True  # "<s>" typed by a user is text, not a control token
         self._hf = hf
 
     @classmethod
-    def train(cls, lines: Iterable[str], vocab_size: int, min_frequency: int = 2, tags: Iterable[str] = ()
-              ) -> Tokenizer:
-        """Learn merges from `lines` (streamed: only word counts are held in memory); `tags` become special
-        tokens after the fixed four, in their order."""
-        hf = HfTokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK]))
-        hf.normalizer = normalizers.Prepend(" ")
-        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-        hf.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Strip(" ", 1, 0)])
-        trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size,
-            min_frequency=min_frequency,
-            special_tokens=[*SPECIAL_TOKENS, *tags],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        )
-        hf.train_from_iterator(lines, trainer)
-        return cls(hf)
+    def train(cls, lines: Iterable[str], vocab_size: int, min_frequency: int = 2, tags: Iterable[str] = (),
+              style: str = "metaspace", model: str = "bpe") -> Tokenizer:
+        """Learn a vocabulary of `vocab_size` tokens, specials (and byte tokens) included, from `lines`
+        (streamed: only word counts are held in memory); `tags` become special tokens after the fixed four, in
+        their order. `min_frequency` applies to BPE merges."""
+        specials = [*SPECIAL_TOKENS, *tags]
+        if style == "bytelevel":
+            return cls(_bytelevel_bpe(lines, vocab_size, min_frequency, specials))
+        if model == "bpe":
+            return cls(_metaspace_bpe(lines, vocab_size, min_frequency, specials))
+        return cls(_metaspace_unigram(lines, vocab_size, specials))
 
     @classmethod
     def from_str(cls, json_text: str) -> Tokenizer:
@@ -200,29 +270,84 @@ class Tokenizer:
     def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
         return self._hf.decode_batch([list(ids) for ids in batch], skip_special_tokens=True)
 
+    @property
+    def style(self) -> str:
+        """bytelevel or metaspace, read from the tokenizer itself: a checkpoint's tokenizer knows its style."""
+        return "metaspace" if isinstance(self._hf.pre_tokenizer, pre_tokenizers.Metaspace) else "bytelevel"
+
+    @property
+    def model(self) -> str:
+        """bpe or unigram."""
+        return "unigram" if isinstance(self._hf.model, models.Unigram) else "bpe"
+
     @functools.cached_property
-    def _whole_characters(self) -> dict[str, str]:
-        """Made on first use: only word alignments need it."""
-        return whole_characters(self._hf.get_vocab())
+    def _text_of_token(self) -> dict[int, str]:
+        """The text of each id whose bytes are whole UTF-8 characters (for metaspace: every token but the byte
+        tokens, "▁" as a space; none for a special token), the ids `pieces` needs not decode byte by byte. Made on
+        first use: only word alignments need it."""
+        texts = {}
+        for token, i in self._hf.get_vocab().items():
+            if i in self.special_tokens:
+                texts[i] = ""
+            elif self.style == "metaspace" and not _BYTE_TOKEN.fullmatch(token):
+                texts[i] = token.replace(METASPACE, " ")
+            elif self.style == "bytelevel" and all(character in _BYTE_OF for character in token):
+                with contextlib.suppress(UnicodeDecodeError):
+                    texts[i] = bytes(_BYTE_OF[character] for character in token).decode("utf-8")
+        return texts
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """The text each token adds to `decode(ids)`, one piece per id, with the space the decoder strips
         from the start still there: "".join(pieces(ids)) is decode(ids), but for that space.
 
-        A character whose UTF-8 bytes are spread over several tokens belongs to the token of its first byte,
-        and so does the U+FFFD that `decode` puts for bytes that make no character. Special tokens (tags
-        included) add nothing.
+        A character whose UTF-8 bytes are spread over several tokens belongs to the token of its first byte.
+        Special tokens (tags included) add nothing. Bytes that make no character decode as U+FFFD, each style
+        as its decoder does: byte-level per invalid sequence, metaspace one per byte token of a run of byte
+        tokens that is not valid UTF-8 as a whole.
         """
+        ids = list(ids)
+        if self.style == "bytelevel":
+            return self._byte_level_pieces(ids)
+        pieces = [""] * len(ids)
+        run: list[int] = []  # positions of byte tokens in a row; special tokens between them, dropped, join them
+
+        def decode_run() -> None:
+            data = bytes(int(self._hf.id_to_token(ids[p])[3:5], 16) for p in run)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                for p in run:
+                    pieces[p] = "\ufffd"
+            else:
+                start = 0
+                for character in text:
+                    pieces[run[start]] += character
+                    start += len(character.encode("utf-8"))
+            run.clear()
+
+        for position, i in enumerate(ids):
+            if i in self.special_tokens:
+                continue
+            if i in self._text_of_token:
+                decode_run()
+                pieces[position] = self._text_of_token[i]
+            else:
+                run.append(position)
+        decode_run()
+        return [piece.replace(_METASPACE_STAND_IN, METASPACE) for piece in pieces]
+
+    def _byte_level_pieces(self, ids: list[int]) -> list[str]:
+        """`pieces` for byte-level tokens, whose characters may span tokens: an incremental UTF-8 decoder, as
+        the byte-level decoder decodes (U+FFFD per invalid sequence)."""
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pieces: list[list[str]] = []
         started = None  # the token holding the first byte of an unfinished character
         for token, i in enumerate(ids):
-            spelled = "" if i in self.special_tokens else self._hf.id_to_token(i)
-            if started is None and spelled in self._whole_characters:  # most tokens: whole characters
-                pieces.append([self._whole_characters[spelled]])
+            if started is None and i in self._text_of_token:  # most tokens: whole characters
+                pieces.append([self._text_of_token[i]])
                 continue
             pieces.append([])
-            for character in spelled:
+            for character in "" if i in self.special_tokens else self._hf.id_to_token(i):
                 text = utf8.decode(bytes([_BYTE_OF[character]]))
                 if text and started is not None:  # that character is complete, or known to be invalid
                     pieces[started].append(text[0])

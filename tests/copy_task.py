@@ -48,7 +48,7 @@ def base_recipe(tmp_path: Path, train_pairs: int, valid_pairs: int) -> dict:
         "data": {
             "source": {"files": {"train": [str(p) for p in train], "valid": [str(p) for p in valid]}},
             "filter": {"min_len": 1, "max_len": 50, "max_ratio": 0, "dedup": False},
-            "bpe": {"vocab_size": 300, "min_frequency": 2},
+            "bpe": {"style": "bytelevel", "vocab_size": 300, "min_frequency": 2},  # the bars were set with it
         },
         "model": {"preset": "tiny", "layers_enc": 1, "layers_dec": 1, "d_model": 32, "heads": 4, "d_ff": 64,
                   "dropout": 0.1, "max_positions": 64},

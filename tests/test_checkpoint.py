@@ -108,7 +108,7 @@ def test_load_model_restores_the_model_in_eval_mode_with_its_tokenizer(tmp_path:
     from mtx.checkpoint import load_model
     from mtx.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer.train([f"w{i} v{i}" for i in range(50)], vocab_size=60)
+    tokenizer = Tokenizer.train([f"w{i} v{i}" for i in range(50)], vocab_size=60, style="bytelevel")
     torch.manual_seed(0)
     cfg = resolve_model(ModelConfig(preset="tiny", d_model=16, heads=2, d_ff=32, layers_enc=1, layers_dec=1))
     model = Transformer(cfg, tokenizer.vocab_size)

@@ -25,7 +25,7 @@ from mtx.tokenizer import Tokenizer
 from mtx.train.checkpoints import RESUMABLE, CheckpointKeeper
 from mtx.train.distributed import Context
 
-TOKENIZER = Tokenizer.train([f"w{i} v{i} x{i % 7}" for i in range(80)], vocab_size=120)
+TOKENIZER = Tokenizer.train([f"w{i} v{i} x{i % 7}" for i in range(80)], vocab_size=120, style="bytelevel")
 KILLED = 17  # the exit status of a child process killed on purpose
 
 

@@ -91,6 +91,15 @@ def test_config_prints_the_paper_parameter_count(tmp_path: Path) -> None:
         (GOOD, ["data.source.files={train: [a.en, a.de]}"], "exactly one of hf, files, tsv, demo"),
         (GOOD.replace("name: t\n", ""), [], "name is missing"),
         (GOOD, ["train.max_steps"], "must look like KEY=VALUE"),
+        (GOOD, ["data.bpe.style=sentencepiece"], "data.bpe.style = 'sentencepiece' must be one of 'bytelevel', "
+                                                  "'metaspace'"),
+        (GOOD, ["data.bpe.model=wordpiece"], "data.bpe.model = 'wordpiece' must be one of 'bpe', 'unigram'"),
+        (GOOD, ["data.bpe.style=bytelevel", "data.bpe.model=unigram"],
+         "data.bpe.model = 'unigram' needs data.bpe.style: metaspace"),
+        (GOOD, ["train.bpe_dropout=1"], "train.bpe_dropout = 1.0 must be in [0, 1)"),
+        (GOOD, ["train.bpe_dropout=-0.1"], "train.bpe_dropout = -0.1 must be in [0, 1)"),
+        (GOOD, ["data.bpe.style=metaspace", "data.bpe.model=unigram", "train.bpe_dropout=0.1"],
+         "train.bpe_dropout = 0.1 needs a BPE vocabulary, and data.bpe.model is unigram"),
     ],
 )
 def test_recipe_errors_name_the_key_and_exit_1(tmp_path: Path, text, overrides, expected) -> None:

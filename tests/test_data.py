@@ -25,6 +25,7 @@ from mtx.data.prepare import prepare
 from mtx.data.prepared import load_manifest, load_split
 from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer
+from mtx.train.run_data import check_data_matches_recipe
 
 # A hand-checked training corpus: each line says which filter drops it (min_len 1, max_len 6, ratio 1.5).
 TRAIN = [
@@ -59,7 +60,7 @@ def _recipe(tmp_path: Path, source: dict, **data: object) -> Path:
         "name": "t",
         "run_dir": str(tmp_path / "run"),
         "data": {"source": source, "filter": {"min_len": 1, "max_len": 6, "max_ratio": 1.5, "dedup": True},
-                 "bpe": {"vocab_size": 300, "min_frequency": 1}, **data},
+                 "bpe": {"style": "bytelevel", "vocab_size": 300, "min_frequency": 1}, **data},
     }
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
@@ -163,6 +164,14 @@ def test_rerun_is_a_no_op_unless_the_data_section_or_inputs_change(tmp_path: Pat
     _prepare_quietly(path)
     assert not reprepare()
     assert not reprepare("train.max_steps=7", "model.dropout=0.3")  # not part of the data
+    assert not reprepare("data.bpe.model=bpe")  # the default, spelt out
+
+    assert reprepare("data.bpe.style=metaspace")
+    assert load_manifest(data_dir)["bpe"] | {"style": "metaspace", "model": "bpe"} == load_manifest(data_dir)["bpe"]
+    assert Tokenizer.from_file(data_dir / "tokenizer.json").style == "metaspace"
+    with pytest.raises(MtxError, match="prepared with a metaspace bpe vocabulary \\(the recipe asks for bytelevel bpe"):
+        check_data_matches_recipe(load_recipe(path), load_manifest(data_dir), data_dir)
+    assert reprepare()
 
     assert reprepare("data.filter.max_ratio=0")
     assert load_manifest(data_dir)["filter"]["dropped"]["ratio"] == 0

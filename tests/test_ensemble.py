@@ -203,7 +203,8 @@ def test_an_ensemble_aligns_with_its_first_model(pair: dict) -> None:
 
 
 def test_checkpoints_with_different_tokenizers_are_refused_by_name(pair: dict, tmp_path: Path) -> None:
-    other = Tokenizer.train([f"{w} {w}" for w in ("alpha", "beta", "gamma", "delta")] * 20, vocab_size=60)
+    other = Tokenizer.train([f"{w} {w}" for w in ("alpha", "beta", "gamma", "delta")] * 20, vocab_size=60,
+                            style="bytelevel")
     path = tmp_path / "other.pt"
     save_checkpoint(make_checkpoint(random_transformer(3, other.vocab_size), other.to_str(), {}, 1), path)
     first = pair["checkpoints"][0]

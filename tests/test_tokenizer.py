@@ -1,7 +1,9 @@
-"""The joint BPE: fixed special ids, normalization, and lossless encode → decode for any text."""
+"""The joint vocabulary in each style: fixed special ids, normalization, and lossless encode → decode for any
+normalized text."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -20,9 +22,13 @@ CORPUS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return Tokenizer.train(CORPUS * 20, vocab_size=400, min_frequency=2)
+STYLES = [("bytelevel", "bpe"), ("metaspace", "bpe"), ("metaspace", "unigram")]
+
+
+@pytest.fixture(scope="module", params=STYLES, ids=["-".join(style) for style in STYLES])
+def tokenizer(request: pytest.FixtureRequest) -> Tokenizer:
+    style, model = request.param
+    return Tokenizer.train(CORPUS * 20, vocab_size=400, min_frequency=2, style=style, model=model)
 
 
 def test_special_tokens_have_fixed_ids(tokenizer: Tokenizer) -> None:
@@ -49,7 +55,8 @@ def test_normalize_is_idempotent(text: str) -> None:
 def test_round_trip_is_lossless(tokenizer: Tokenizer, text: str) -> None:
     normalized = normalize_text(text)
     assert tokenizer.decode(tokenizer.encode(normalized)) == normalized
-    assert tokenizer.decode(tokenizer.encode(text)) == text  # byte-level: even unnormalized text survives
+    if tokenizer.style == "bytelevel":
+        assert tokenizer.decode(tokenizer.encode(text)) == text  # byte-level: even unnormalized text survives
 
 
 @pytest.mark.parametrize("text", [
@@ -89,14 +96,49 @@ def test_serialization_round_trip(tokenizer: Tokenizer, tmp_path) -> None:
     tokenizer.save(tmp_path / "tokenizer.json")
     loaded = Tokenizer.from_file(tmp_path / "tokenizer.json")
     for other in (copy, loaded):
-        assert other.vocab_size == tokenizer.vocab_size == 400
+        assert other.vocab_size == tokenizer.vocab_size <= 400  # unigram keeps fewer pieces of a tiny corpus
+        assert (other.style, other.model) == (tokenizer.style, tokenizer.model)
         assert other.encode(CORPUS[2]) == tokenizer.encode(CORPUS[2])
         assert other.sha256 == tokenizer.sha256
         assert other.encode("a </s>") == tokenizer.encode("a </s>")
 
 
-def test_learns_merges_for_frequent_words(tokenizer: Tokenizer) -> None:
-    assert len(tokenizer.encode("The man sees the dog in the park.")) < 12
+@pytest.mark.parametrize("text", ["<0x41> <0xE9>", "<s> </s> <pad> <unk>", "▁", "▁▁ a▁b ▁", "x\u2581"])
+def test_text_spelling_a_reserved_token_stays_text(tokenizer: Tokenizer, text: str) -> None:
+    """What spells a byte token, a special token or the metaspace mark in the text is plain text: a unigram
+    model matches pieces against the text, and the byte fallback decoder turns "<0x41>" into "A"."""
+    ids = tokenizer.encode(text)
+    assert not set(ids) & set(tokenizer.special_tokens)
+    assert tokenizer.decode(ids) == text
+
+
+def test_metaspace_layout_and_byte_fallback() -> None:
+    """Byte tokens follow the specials and tags, in byte order; a character the vocabulary lacks is its bytes;
+    a character it holds is one symbol, where a byte-level vocabulary's symbols are bytes."""
+    french = ["Le café est très épicé à Besançon.", "Où est la fenêtre ? Déjà vu, naïveté."] * 30
+    for model in ("bpe", "unigram"):
+        tokenizer = Tokenizer.train(french, vocab_size=330, tags=["<bt>"], style="metaspace", model=model)
+        assert [tokenizer._hf.id_to_token(i) for i in (4, 5, 5 + 0xE9, 260)] == ["<bt>", "<0x00>", "<0xE9>", "<0xFF>"]
+        assert tokenizer.encode("龍") == [tokenizer._hf.token_to_id(t) for t in ("▁", "<0xE9>", "<0xBE>", "<0x8D>")]
+        assert tokenizer._hf.token_to_id("é") is not None
+    assert "Ã©" in Tokenizer.train(french, vocab_size=330, style="bytelevel")._hf.get_vocab()  # é, byte-level
+
+
+def test_merges_that_spell_a_reserved_token_are_dropped() -> None:
+    """A corpus full of "<0x41>" and "</s>" would teach BPE merges that spell them; those merges are dropped,
+    with the merges built on them, so no learnt token decodes as a byte or vanishes as a special."""
+    lines = ["<0x41> </s> <bt> x"] * 50
+    tokenizer = Tokenizer.train(lines, vocab_size=300, tags=["<bt>"], style="metaspace")
+    vocab = tokenizer._hf.get_vocab()
+    assert len([t for t in vocab if t in ("<0x41>", "</s>", "<bt>")]) == 3  # the byte token, the special, the tag
+    merges = json.loads(tokenizer.to_str())["model"]["merges"]
+    assert all("".join(merge) not in ("<0x41>", "</s>", "<bt>") for merge in merges)
+    assert tokenizer.decode(tokenizer.encode(lines[0])) == lines[0]
+
+
+def test_learns_subwords_for_frequent_words(tokenizer: Tokenizer) -> None:
+    text = "The man sees the dog in the park."
+    assert len(tokenizer.encode(text)) < (12 if tokenizer.model == "bpe" else len(text) - 5)
 
 
 # ---- which word of the decoded text each token belongs to (word alignments, mtx.decode.alignment)

@@ -67,7 +67,7 @@ def copy_task(held_out: int) -> tuple[Transformer, Tokenizer, list[str]]:
     seen (the same model and, of equal counts, the same sentences every time)."""
     rng = random.Random(0)
     train, unseen = sentences(3000, rng), sentences(held_out, rng)
-    tokenizer = Tokenizer.train(train, vocab_size=300)
+    tokenizer = Tokenizer.train(train, vocab_size=300, style="bytelevel")  # the task's bars were set with it
     return train_copy_model(tokenizer.encode_batch(train), tokenizer.vocab_size), tokenizer, unseen
 
 

@@ -237,8 +237,15 @@ class FilterConfig:
 
 @dataclass
 class BpeConfig:
-    """The subword vocabulary: a joint byte-level BPE learnt on the training data, or one taken from elsewhere."""
+    """The subword vocabulary: a joint one learnt on the training data, or one taken from elsewhere."""
 
+    style: Literal["bytelevel", "metaspace"] = setting(
+        "metaspace", "metaspace: SentencePiece's convention (\"▁\" before each word, characters as symbols, "
+        "bytes only for characters the vocabulary lacks); bytelevel: GPT-2's (bytes as symbols, punctuation split "
+        "from words). Both are lossless and never produce <unk>.")
+    model: Literal["bpe", "unigram"] = setting(
+        "bpe", "bpe: merges learnt by frequency (Sennrich et al.); unigram: a unigram language model over pieces "
+        "(Kudo 2018, SentencePiece's default), metaspace only.")
     vocab_size: int = setting(37000, "Tokens in the vocabulary, specials included (the paper: 37k En-De, 32k En-Fr).")
     joint: bool = setting(
         True, "One vocabulary learnt on both languages (the paper's shared source-target BPE); must be true.")
@@ -252,6 +259,8 @@ class BpeConfig:
 
     def validate(self, key: str) -> None:
         _check(self.vocab_size >= 300, f"{key}.vocab_size", self.vocab_size, "must be at least 300")
+        _check(self.style == "metaspace" or self.model == "bpe", f"{key}.model", self.model,
+               "needs data.bpe.style: metaspace (a byte-level vocabulary is BPE)")
         _check(self.max_lines >= 1, f"{key}.max_lines", self.max_lines, "must be at least 1")
         _check(
             self.joint,
@@ -388,6 +397,13 @@ class TrainConfig:
     init_from_state: bool = setting(
         False, "With init_from: also continue its optimizer, schedule, step and data position (it must be a "
         "step checkpoint that holds training state); false starts them fresh.")
+    bpe_dropout: float = setting(
+        0.0, "BPE-dropout (Provilkov et al. 2020): each epoch, training sentences are segmented anew with each "
+        "merge dropped at this rate, reproducibly from (seed, epoch, pair); valid, test and translation never "
+        "drop. 0: off; 0.1 is the paper's. Needs a BPE vocabulary.")
+    bpe_dropout_workers: int = setting(
+        0, "Processes that segment training batches for BPE-dropout, for a GPU that one core cannot keep fed "
+        "(bench/README.md: what one core segments per second); 0: the thread that collates batches does it.")
     ema_decay: float | None = setting(
         None, "Keep an exponential moving average of the weights with this decay (e.g. 0.9999), which "
         "validation, best.pt, mtx average, translate and export then use; null: none. The decay of update t "
@@ -421,6 +437,10 @@ class TrainConfig:
             parse_duration(self.max_time, f"{key}.max_time")
         _check(parse_duration(self.dist_timeout, f"{key}.dist_timeout") > 0, f"{key}.dist_timeout",
                self.dist_timeout, "must be a positive duration")
+        _check(0 <= self.bpe_dropout < 1, f"{key}.bpe_dropout", self.bpe_dropout,
+               "must be in [0, 1): the rate at which merges are dropped (0: off; 0.1 is the paper's)")
+        _check(self.bpe_dropout_workers >= 0, f"{key}.bpe_dropout_workers", self.bpe_dropout_workers,
+               "must be ≥ 0 (0: the collation thread segments)")
         _check(self.ema_decay is None or 0 < self.ema_decay < 1, f"{key}.ema_decay", self.ema_decay,
                "must be in (0, 1), e.g. 0.9999 (or null: no moving average)")
         _check(self.init_from is not None or not self.init_from_state, f"{key}.init_from_state",
@@ -544,6 +564,9 @@ class Recipe:
     def validate(self, key: str) -> None:
         _check(bool(re.fullmatch(r"[\w.\-]+", self.name)), "name", self.name,
                "may hold only letters, digits, '.', '_' and '-' (it names the run directory)")
+        _check(self.train.bpe_dropout == 0 or self.data.bpe.from_ is not None or self.data.bpe.model == "bpe",
+               "train.bpe_dropout", self.train.bpe_dropout,
+               "needs a BPE vocabulary, and data.bpe.model is unigram: drop merges of a BPE, or set it to 0")
 
     def to_dict(self) -> dict[str, Any]:
         return strip_nones(as_mapping(self))

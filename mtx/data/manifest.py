@@ -37,8 +37,8 @@ def build_manifest(data: DataConfig, corpora: list[dict[str, SplitStream]], toke
     named = data.corpora
     kinds = {corpus.kind for corpus in named}
     bpe = ({"from": data.bpe.from_} if data.bpe.from_ is not None else
-           {"vocab_size_requested": data.bpe.vocab_size, "min_frequency": data.bpe.min_frequency,
-            "sampled_pairs": sample})
+           {"style": data.bpe.style, "model": data.bpe.model, "vocab_size_requested": data.bpe.vocab_size,
+            "min_frequency": data.bpe.min_frequency, "sampled_pairs": sample})
     return {
         "mtx_version": __version__,
         "format": FORMAT,
@@ -91,8 +91,9 @@ def fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
     no other model or train setting) and the input files, data.bpe.from's included.
 
     Not the corpora's weights, which `mtx train` applies (a new weight needs no new data), nor the BPE's
-    settings when data.bpe.from replaces them; and a demo source's domain only where it is not "all", so that
-    recipes written before domains existed keep their fingerprint, and their prepared data stays up to date.
+    settings when data.bpe.from replaces them; and a demo source's domain only where it is not "all", the
+    vocabulary's style and model only where they are not byte-level BPE, so that recipes written before domains
+    and styles existed keep their fingerprint, and their prepared data stays up to date.
     """
     section = strip_nones(as_mapping(data))
     for corpus in section.get("sources", []):
@@ -100,6 +101,8 @@ def fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
     for source in [section.get("source"), *section.get("sources", [])]:
         if source is not None and source.get("demo", {}).get("domain") == "all":
             del source["demo"]["domain"]
+    if section["bpe"]["style"] == "bytelevel":
+        del section["bpe"]["style"], section["bpe"]["model"]  # validation holds unigram to metaspace
     if data.bpe.from_ is not None:
         section["bpe"] = {"from": data.bpe.from_}
     borrowed = vocabulary_file(data)

@@ -1,8 +1,8 @@
-"""The vocabulary `mtx prepare` encodes with: a joint BPE learnt on the training text, or one from elsewhere.
+"""The vocabulary `mtx prepare` encodes with: a joint one learnt on the training text, or one from elsewhere.
 
-Learnt (mtx.tokenizer), it sees an evenly spaced sample of every corpus' kept training pairs, untagged and each
-pair once whatever its corpus' weight, and holds the corpora's tags as special tokens after the fixed four, so
-that BPE never splits them.
+Learnt (mtx.tokenizer, in the style and model of data.bpe), it sees an evenly spaced sample of every corpus'
+kept training pairs, untagged and each pair once whatever its corpus' weight, and holds the corpora's tags as
+special tokens after the fixed four, so that no segmentation ever splits them.
 
 Borrowed (`data.bpe.from`), it is the tokenizer of a tokenizer.json, of a prepared run's data/ folder or of an mtx
 checkpoint: a model fine-tuned from that checkpoint must read its token ids, and runs meant to be compared or
@@ -86,11 +86,12 @@ def borrowed_tokenizer(data: DataConfig) -> Tokenizer | None:
 
 def learn_tokenizer(data: DataConfig, kept_pairs: Iterable[tuple[str, str]], kept: int, sample: int,
                     progress: Progress) -> Tokenizer:
-    """A joint BPE of data.bpe's size, learnt on `sample` of the `kept` training pairs, evenly spaced, with the
-    corpora's tags as special tokens."""
-    task = progress.add_task(f"learning BPE ({data.bpe.vocab_size:,} tokens)", total=None)
-    tokenizer = Tokenizer.train(_evenly_spaced(kept_pairs, kept, sample), data.bpe.vocab_size,
-                                data.bpe.min_frequency, data.tags)
+    """A joint vocabulary of data.bpe's style, model and size, learnt on `sample` of the `kept` training pairs,
+    evenly spaced, with the corpora's tags as special tokens."""
+    bpe = data.bpe
+    task = progress.add_task(f"learning a {bpe.style} {bpe.model} vocabulary ({bpe.vocab_size:,} tokens)", total=None)
+    tokenizer = Tokenizer.train(_evenly_spaced(kept_pairs, kept, sample), bpe.vocab_size, bpe.min_frequency,
+                                data.tags, style=bpe.style, model=bpe.model)
     progress.update(task, total=1, completed=1)
     return tokenizer
 

@@ -158,7 +158,8 @@ def save_ctranslate2_folder(model: Transformer, tokenizer_json: str, folder: Pat
 
 
 def ctranslate2_usage(folder: Path, decode: DecodeConfig) -> str:
-    """The lines that translate with the exported folder, for its README."""
+    """The lines that translate with the exported folder, for its README. min_decoding_length is the recipe's
+    min_len, as mtx's: CTranslate2's own default of 1 would never give the empty translation that mtx can."""
     return f'''import ctranslate2
 from tokenizers import Tokenizer
 
@@ -167,7 +168,7 @@ tokenizer = Tokenizer.from_file("{folder}/tokenizer.json")
 tokenizer.encode_special_tokens = True  # "</s>" typed in a sentence is text, as in mtx
 sources = [tokenizer.encode(s).tokens for s in ["The old friends tidy up his kitchen."]]  # ends with </s>
 results = translator.translate_batch(sources, beam_size={decode.beam}, length_penalty={decode.lenpen},
-                                     suppress_sequences=[["<pad>"], ["<s>"]])
+                                     min_decoding_length={decode.min_len}, suppress_sequences=[["<pad>"], ["<s>"]])
 print([tokenizer.decode([tokenizer.token_to_id(t) for t in r.hypotheses[0]]) for r in results])'''
 
 

@@ -29,12 +29,13 @@ def generation_config(decode: DecodeConfig, cfg: ModelConfig):
     `generate` divides a hypothesis' log-probability by |Y|^α (fairseq's penalty), so α is written as is
     whether the recipe's penalty is that one or GNMT's ((5 + |Y|) / 6)^α; and it has no output limit relative
     to the source's length (mtx's a · |X| + b), so the limit is the model's own: max_positions tokens after
-    the start token, the last of them a forced EOS.
+    the start token, the last of them a forced EOS. Greedy search (beam 1) gets no α: no penalty changes which
+    token is the most probable, and transformers refuses to save a length penalty that it would ignore.
     """
     from transformers import GenerationConfig
 
     return GenerationConfig(
-        num_beams=decode.beam, length_penalty=decode.lenpen, do_sample=False,
+        num_beams=decode.beam, length_penalty=decode.lenpen if decode.beam > 1 else 1.0, do_sample=False,
         max_length=cfg.max_positions + 1, min_new_tokens=decode.min_len or None,
         decoder_start_token_id=BOS, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
         forced_eos_token_id=EOS, suppress_tokens=[PAD, BOS],
@@ -79,8 +80,10 @@ def hf_notes(decode: DecodeConfig) -> list[str]:
     penalty = ("the recipe's fairseq-style length penalty |Y|^α, as mtx's" if decode.lenpen_style == "fairseq" else
                "|Y|^α, where mtx's recipe divides by GNMT's ((5 + |Y|) / 6)^α, which generate cannot state: beam "
                "search may rank hypotheses of different lengths differently")
+    search = (f"beam {decode.beam}, α = {decode.lenpen} applied as {penalty}" if decode.beam > 1 else
+              "greedy search (beam 1), as the recipe's; no length penalty changes its choices")
     return [
-        f"generation_config.json: beam {decode.beam}, α = {decode.lenpen} applied as {penalty}.",
+        f"generation_config.json: {search}.",
         f"mtx limits a translation of a source of n tokens to {decode.max_len_a} · n + {decode.max_len_b} tokens; "
         "generate has no limit relative to the source, so max_length is the model's own (max_positions tokens "
         "and the start token), the last a forced </s>.",

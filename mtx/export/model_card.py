@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from mtx import __version__
+from mtx.tokenizer import Tokenizer
 
 
 def run_folder(checkpoint_path: Path, tokenizer_json: str) -> Path | None:
@@ -40,6 +41,15 @@ def best_validation(run: Path | None, checkpoint: dict[str, Any]) -> tuple[float
             return float(best["valid_bleu"]), best.get("step")
     progress = checkpoint.get("train_state", {}).get("progress", {})
     return (float(progress["best_bleu"]), None) if progress.get("best_bleu") is not None else None
+
+
+def vocabulary(tokenizer_json: str) -> str:
+    """The kind of subword vocabulary, as the card names it: what a user must know to tokenize as the model
+    does (byte-level BPE, or SentencePiece-style metaspace BPE or unigram), read from the tokenizer itself."""
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    if tokenizer.style == "bytelevel":
+        return "byte-level BPE"
+    return f"metaspace {'BPE' if tokenizer.model == 'bpe' else 'unigram'}"
 
 
 def model_card(checkpoint_path: Path, checkpoint: dict[str, Any], target: str, usage: str, notes: list[str]) -> str:
@@ -71,8 +81,8 @@ def model_card(checkpoint_path: Path, checkpoint: dict[str, Any], target: str, u
         f"{cfg['layers_enc']} encoder and {cfg['layers_dec']} decoder layers, d_model {cfg['d_model']}, "
         f"{cfg['heads']} heads, d_ff {cfg['d_ff']}, {cfg['norm']}-norm, "
         f"{'shared' if cfg['share_embeddings'] else 'separate'} source and target embeddings (the output "
-        f"projection is the target embedding), {checkpoint['vocab_size']:,} byte-level BPE tokens, sources and "
-        f"translations up to {cfg['max_positions']:,} tokens.",
+        f"projection is the target embedding), {checkpoint['vocab_size']:,} {vocabulary(checkpoint['tokenizer'])} "
+        f"tokens, sources and translations up to {cfg['max_positions']:,} tokens.",
         "",
         *_data_section(run),
         *_validation_section(run, checkpoint),

@@ -49,8 +49,9 @@ def exported_tokenizer(tokenizer_json: str) -> HfTokenizer:
 def token_strings(tokenizer: HfTokenizer, vocab_size: int) -> list[str]:
     """The model's vocabulary as strings in id order, which is how CTranslate2 names tokens.
 
-    Byte-level BPE spells every byte with a printable character, so no token holds a space or a line break,
-    which CTranslate2's one-token-a-line vocabulary files could not store.
+    Byte-level BPE spells every byte with a printable character, and metaspace spells the space as "▁" and
+    bytes as "<0xNN>" (`normalize_text` leaves it no other whitespace to learn), so no token holds a space or a
+    line break, which CTranslate2's one-token-a-line vocabulary files could not store.
     """
     if tokenizer.get_vocab_size() != vocab_size:
         raise MtxError(f"The checkpoint's tokenizer has {tokenizer.get_vocab_size():,} tokens but its model "

@@ -50,6 +50,9 @@ def check_data_matches_recipe(recipe: Recipe, manifest: dict[str, Any], data_dir
     elif data.bpe.from_ is None and bpe["vocab_size_requested"] != data.bpe.vocab_size:
         differences.append(f"with data.bpe.vocab_size = {bpe['vocab_size_requested']} (the recipe asks for "
                            f"{data.bpe.vocab_size})")
+    elif data.bpe.from_ is None and _kind(bpe) != (data.bpe.style, data.bpe.model):
+        differences.append(f"with a {' '.join(_kind(bpe))} vocabulary (the recipe asks for {data.bpe.style} "
+                           f"{data.bpe.model})")
     elif data.bpe.from_ is not None and _vocabulary_changed(data, manifest):
         differences.append(f"with the tokenizer that data.bpe.from = {data.bpe.from_} held then, and holds no more")
     wanted = [(corpus.name, corpus.tag) for corpus in data.corpora]
@@ -60,6 +63,11 @@ def check_data_matches_recipe(recipe: Recipe, manifest: dict[str, Any], data_dir
     if differences:
         raise MtxError(f"The data in {data_dir} was prepared {'; and '.join(differences)}: run "
                        "`mtx prepare RECIPE` again with this recipe.")
+
+
+def _kind(bpe: dict[str, Any]) -> tuple[str, str]:
+    """The style and model of a manifest's learnt vocabulary: byte-level BPE if it was prepared before styles."""
+    return bpe.get("style", "bytelevel"), bpe.get("model", "bpe")
 
 
 def _vocabulary_changed(data: DataConfig, manifest: dict[str, Any]) -> bool:
