@@ -295,9 +295,8 @@ class Trainer:
     def _collated_updates(self) -> Iterator[tuple[int, list[Batch]]]:
         """This rank's updates of the epoch in progress, their batches collated by a background thread, ahead
         of the GPU, into page-locked memory that the GPU copies from without stopping the host. With
-        BPE-dropout, that thread segments the sentences anew too, or hands the batches to the worker
-        processes (train.bpe_dropout_workers), each update's batches in flight before the update before it is
-        collected."""
+        BPE-dropout, that thread segments the sentences anew too, or hands the batches to the worker processes
+        (train.bpe_dropout_workers), which work up to that many updates ahead."""
         pin = self.ctx.device.type == "cuda"
         epoch, split = self.state.epoch, self.train_split
         if self.bpe_dropout is not None:
