@@ -280,6 +280,16 @@ class Tokenizer:
         """bpe or unigram."""
         return "unigram" if isinstance(self._hf.model, models.Unigram) else "bpe"
 
+    @property
+    def word_mark(self) -> str:
+        """The character that starts a word's first token: a subword never spans one."""
+        return METASPACE if self.style == "metaspace" else "Ġ"
+
+    def words(self, text: str) -> list[str]:
+        """The words BPE segments `text` into, in its symbols' spelling: what this tokenizer's normalizer and
+        pre-tokenizer make of it (byte-level splits punctuation and digits from letters; metaspace at spaces)."""
+        return [word for word, _ in self._hf.pre_tokenizer.pre_tokenize_str(self._hf.normalizer.normalize_str(text))]
+
     @functools.cached_property
     def _text_of_token(self) -> dict[int, str]:
         """The text of each id whose bytes are whole UTF-8 characters (for metaspace: every token but the byte

@@ -13,6 +13,7 @@ import pytest
 import torch
 from copy_task import base_recipe, recipe, write_recipe
 from rich.console import Console
+from test_batching import Pairs
 
 from mtx.checkpoint import load_checkpoint
 from mtx.config.loading import load_recipe
@@ -79,27 +80,9 @@ def test_unigram_is_refused_naming_the_key() -> None:
         BpeDropout(unigram, 0.1, seed=1)
 
 
-class Stored:
-    """A split of two pairs, as mtx.data.prepared's TokenSplit serves them."""
-
-    def __init__(self, pairs: list[tuple[list[int], list[int]]]) -> None:
-        self.pairs = pairs
-        self.src_lens = np.array([len(s) for s, _ in pairs])
-        self.tgt_lens = np.array([len(t) for _, t in pairs])
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-    def src(self, i: int) -> np.ndarray:
-        return np.array(self.pairs[i][0])
-
-    def tgt(self, i: int) -> np.ndarray:
-        return np.array(self.pairs[i][1])
-
-
 def test_a_sentence_dropout_would_make_too_long_keeps_its_stored_segmentation(tokenizer: Tokenizer) -> None:
     long, short = tokenizer.encode(" ".join(CORPUS[:3])), tokenizer.encode("the café")
-    split = Stored([(long, short)])
+    split = Pairs([long], [short])
     dropout = BpeDropout(tokenizer, 0.6, seed=1)
     assert len(dropout.sentence(long, 1, 0, "src")) > len(long) + 1
     epoch = DroppedOutSplit(split, dropout, epoch=1, max_positions=len(long) + 1)

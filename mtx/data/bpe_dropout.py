@@ -34,10 +34,11 @@ import numpy as np
 from mtx.data.batching import Batch, PairSource, collate
 from mtx.data.prepared import load_split
 from mtx.errors import MtxError
-from mtx.tokenizer import BYTE_TOKENS, METASPACE, Tokenizer
+from mtx.tokenizer import BYTE_TOKENS, Tokenizer
 
 _SIDES = {"src": 0, "tgt": 1}
 _REMEMBERED = 1 << 20  # states of words whose merge order is kept; past it, forgotten all at once
+GROWTH_SAMPLE = 1000  # pairs that `growth` measures on
 
 
 class BpeDropout:
@@ -53,8 +54,8 @@ class BpeDropout:
         self._ids: dict[str, int] = spec["vocab"]
         self._ranks = {tuple(merge): rank for rank, merge in enumerate(spec["merges"])}
         self._bytes = [self._ids[token] for token in BYTE_TOKENS] if spec.get("byte_fallback") else None
-        mark = METASPACE if tokenizer.style == "metaspace" else "Ġ"
-        self._starts_word = [token.startswith(mark) for token, _ in sorted(self._ids.items(), key=lambda t: t[1])]
+        self._starts_word = [token.startswith(tokenizer.word_mark)
+                             for token, _ in sorted(self._ids.items(), key=lambda t: t[1])]
         self._tags = {i for i, token in tokenizer.special_tokens.items() if token in tokenizer.tags}
         self._keep, self._log_keep, self._log_rate = 1.0 - rate, _log(1.0 - rate), _log(rate)
         self._words: dict[tuple[int, ...], list[tuple[str, ...]]] = {}
@@ -80,9 +81,7 @@ class BpeDropout:
         between two (byte-level splits punctuation and digits from letters). Remembered by the tokens."""
         words = self._words.get(tokens)
         if words is None:
-            hf = self.tokenizer._hf
-            text = hf.normalizer.normalize_str(self.tokenizer.decode(tokens))
-            words = [tuple(word) for word, _ in hf.pre_tokenizer.pre_tokenize_str(text)]
+            words = [tuple(word) for word in self.tokenizer.words(self.tokenizer.decode(tokens))]
             _room(self._words)[tokens] = words
         return words
 
@@ -161,7 +160,7 @@ class DroppedOutSplit:
         return ids if len(ids) < self.max_positions else stored
 
 
-def growth(split: PairSource, dropout: BpeDropout, sample: int = 1000) -> float:
+def growth(split: PairSource, dropout: BpeDropout, sample: int = GROWTH_SAMPLE) -> float:
     """Tokens after dropout per stored token, on `sample` pairs evenly spaced through the split (epoch 1)."""
     picked = np.unique(np.linspace(0, len(split) - 1, num=min(sample, len(split))).astype(np.int64))
     stored = sum(len(split.src(i)) + len(split.tgt(i)) for i in picked)

@@ -45,7 +45,7 @@ from torch.nn.parallel import DistributedDataParallel
 from mtx.checkpoint import describe_checkpoint, inference_weights
 from mtx.config.recipe import ModelConfig, Recipe, TrainConfig, parse_duration
 from mtx.data.batching import Batch, BatchPlan, collate, in_background, update_shape
-from mtx.data.bpe_dropout import BpeDropout, DroppedOutSplit, SegmentingWorkers, growth
+from mtx.data.bpe_dropout import GROWTH_SAMPLE, BpeDropout, DroppedOutSplit, SegmentingWorkers, growth
 from mtx.data.prepared import load_manifest, load_split
 from mtx.decode.flags import training_statistics
 from mtx.devices import allow_tf32, available_memory, choose_dtype
@@ -288,8 +288,9 @@ class Trainer:
         workers = self.cfg.bpe_dropout_workers
         by = f" by {workers} worker process{'es' if workers > 1 else ''}" if workers else ""
         self.log.say(f"BPE-dropout {self.cfg.bpe_dropout}: training sentences are segmented anew each epoch{by}, "
-                     f"{growth(self.train_split, dropout):.2f}× as many tokens on a sample of 1,000 pairs; batches "
-                     "are cut by the stored segmentation, so they hold that many more tokens than train.max_tokens.")
+                     f"{growth(self.train_split, dropout):.2f}× as many tokens on a sample of {GROWTH_SAMPLE:,} pairs; "
+                     "batches are cut by the stored segmentation, so they hold that many more tokens than "
+                     "train.max_tokens.")
         return dropout
 
     def _collated_updates(self) -> Iterator[tuple[int, list[Batch]]]:
@@ -298,9 +299,7 @@ class Trainer:
         BPE-dropout, that thread segments the sentences anew too, or hands the batches to the worker processes
         (train.bpe_dropout_workers), which work up to that many updates ahead."""
         pin = self.ctx.device.type == "cuda"
-        epoch, split = self.state.epoch, self.train_split
-        if self.bpe_dropout is not None:
-            split = DroppedOutSplit(split, self.bpe_dropout, epoch, self.recipe.model.max_positions)
+        epoch = self.state.epoch
 
         def ready(collated: Batch) -> Batch:
             return collated.pin_memory() if pin else collated
@@ -318,6 +317,9 @@ class Trainer:
         updates = self.plan.updates(epoch, self.state.batch_in_epoch)
         if self.segmenting is not None:
             return in_background(segmented(updates), ahead=2)
+        split = self.train_split
+        if self.bpe_dropout is not None:
+            split = DroppedOutSplit(split, self.bpe_dropout, epoch, self.recipe.model.max_positions)
         return in_background(((done, [ready(collate(split, i)) for i in indices]) for done, indices in updates),
                              ahead=2)
 
