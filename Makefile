@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Every optional extra, with torch kept at its pin, so that no test of them skips: export (transformers,
-# safetensors, ctranslate2 for `mtx export`), report (matplotlib for `mtx report -o`), tensorboard.
+# safetensors, ctranslate2 for `mtx export`), report (matplotlib for `mtx report -o`), tensorboard, serve
+# (FastAPI, uvicorn and Swagger UI's files for `mtx serve`).
 install-extras: install
-	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,export,report,tensorboard]'
+	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,export,report,tensorboard,serve]'
 
 # The whole suite: unit, integration (the CLI pipeline), distributed (gloo) and slow system tests.
 test: install

@@ -4,6 +4,7 @@
     mtx prepare               mtx/data/command.py         mtx score        mtx/score/command.py
     mtx train, mtx average    mtx/train/command.py        mtx inspect      mtx/analysis/command.py
     mtx export                mtx/export/command.py       mtx report       mtx/report/command.py
+    mtx serve                 mtx/serve/command.py
 
 A command module holds the command's arguments, help and examples, and what only the command does (reading its
 inputs, printing its results); it imports torch and the rest of its stage inside the command, so that
@@ -28,6 +29,7 @@ from mtx.errors import MtxError, PeersLostError, first_line, is_out_of_memory
 from mtx.export.command import export
 from mtx.report.command import report
 from mtx.score.command import score
+from mtx.serve.command import serve
 from mtx.train.command import average, train
 
 app = typer.Typer(
@@ -42,7 +44,7 @@ app = typer.Typer(
 
 _state = {"debug": False}
 
-for command in (config, prepare, train, average, translate, score, inspect, export, report):  # in pipeline order
+for command in (config, prepare, train, average, translate, score, inspect, export, serve, report):  # in pipeline order
     app.command()(command)
 
 

@@ -172,7 +172,7 @@ def test_the_memory_check_counts_every_model(pair: dict, monkeypatch) -> None:
     alone = mtx.decode.translator.Translator(pair["models"][0], pair["tokenizer"], DECODE)
     both = mtx.decode.translator.Translator(pair["models"], pair["tokenizer"], DECODE)
     source = len(pair["tokenizer"].encode(sentence)) + 1
-    limit = alone._output_limit(source - 1)
+    limit = alone.output_limit(source - 1)
     one, two = alone._batch_bytes(1, source, limit), both._batch_bytes(1, source, limit)
     assert two > one
     monkeypatch.setattr(mtx.decode.translator, "available_memory", lambda device: (one + two) // 2)

@@ -1,14 +1,17 @@
 """`mtx export`: the exported models decode as mtx does, the folders are complete or absent, refusals are clear.
 
 A copy-task model trained here (test_translate's) is exported both ways; greedy decoding with transformers
-and with CTranslate2 float32 must give mtx's own tokens, and int8 the same BLEU within 0.5. Random-weight
-models check the variants the copy model does not have (pre-norm, separate source embedding) by their
-log-probabilities. The tests that need the optional packages skip cleanly without them.
+(4 or 5, whichever is installed) and with CTranslate2 float32 must give mtx's own tokens, and int8 the same BLEU
+within 0.5; the hf folder's model card translates with its own code. Random-weight models check the variants
+the copy model does not have (pre-norm, separate source embedding) by their log-probabilities. The tests that
+need the optional packages skip cleanly without them, and the translation pipeline's on transformers 5.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import struct
 import subprocess
@@ -26,6 +29,7 @@ from mtx.decode.search import search
 from mtx.errors import MtxError
 from mtx.export.command import export_checkpoint
 from mtx.export.ctranslate2 import INT8_WEIGHT_LEVELS
+from mtx.export.hf import TOKENIZER_CLASS, TRANSFORMERS_4_ONLY
 from mtx.model.transformer import Transformer
 from mtx.score.metrics import corpus_bleu
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
@@ -76,16 +80,47 @@ def test_hf_export_greedy_decodes_mtx_tokens(copy_run: dict, tmp_path: Path) -> 
     assert theirs == mtx_greedy(copy_run["model"], copy_run["tokenizer"], texts)
     generation = json.loads((out / "generation_config.json").read_text())
     assert (generation["num_beams"], generation["length_penalty"], generation["decoder_start_token_id"]) == (4, 0.6, 1)
+    # transformers 5 would name its own class, TokenizersBackend, which version 4's AutoTokenizer cannot load.
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == TOKENIZER_CLASS
+    assert type(tokenizer).__name__ in ("PreTrainedTokenizerFast", "TokenizersBackend")  # version 4's, version 5's
+
+
+def card_code(folder: Path) -> str:
+    """The Python block of an exported folder's model card."""
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    return card.split("```python\n", 1)[1].split("\n```", 1)[0]
+
+
+def run_card_code(code: str, text: str) -> str:
+    """What `code` prints with the card's example sentence replaced by `text` (one the copy model knows)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(code.replace("The old friends tidy up his kitchen.", text), {})  # the card's own code, as a user runs it
+    return printed.getvalue()
+
+
+def test_hf_model_card_code_translates(copy_run: dict, tmp_path: Path) -> None:
+    """The card's code, AutoModelForSeq2SeqLM + AutoTokenizer + generate, runs as written in transformers 4 and
+    5; the translation pipeline after it is commented out, as version 5 has none."""
+    pytest.importorskip("transformers")
+    export_checkpoint(copy_run["checkpoint"], "hf", tmp_path / "hf")
+    code = card_code(tmp_path / "hf")
+    ours, theirs = code.split(f"\n{TRANSFORMERS_4_ONLY}\n")
+    assert "pipeline" not in ours and all(line.startswith("# ") for line in theirs.splitlines())
+    text = copy_run["held_out"][0]
+    assert run_card_code(code, text) == f"{[text]}\n"  # generation_config.json's beam search copies it too
 
 
 def test_hf_export_translates_in_the_translation_pipeline(copy_run: dict, tmp_path: Path) -> None:
+    """The card's commented-out lines for transformers 4, uncommented, translate with its translation pipeline."""
     transformers = pytest.importorskip("transformers")
     if int(transformers.__version__.split(".")[0]) >= 5:
         pytest.skip("transformers 5 removed the translation pipeline")
     export_checkpoint(copy_run["checkpoint"], "hf", tmp_path / "hf")
-    translate = transformers.pipeline("translation", model=str(tmp_path / "hf"))
+    commented = card_code(tmp_path / "hf").split(f"\n{TRANSFORMERS_4_ONLY}\n")[1]
+    pipeline_code = "\n".join(line.removeprefix("# ") for line in commented.splitlines())
     text = copy_run["held_out"][0]
-    assert translate(text)[0]["translation_text"] == text
+    assert run_card_code(pipeline_code, text) == f"{[{'translation_text': text}]}\n"
 
 
 def ct2_greedy(folder: Path, texts: list[str], compute_type: str) -> list[list[int]]:

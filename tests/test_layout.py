@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
     {"mtx.checkpoint"},
     {"mtx.decode"},
     {"mtx.train"},
-    {"mtx.analysis", "mtx.export", "mtx.report"},
+    {"mtx.analysis", "mtx.export", "mtx.report", "mtx.serve"},
     {"mtx.translate", "mtx.cli", "mtx.__main__"},
 ]
 

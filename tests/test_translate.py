@@ -389,7 +389,7 @@ def test_the_memory_of_aligning_is_counted_before_the_search_starts(trained: dic
     plain = Translator(trained["model"].eval(), trained["tokenizer"], decode)
     aligned = Translator(trained["model"], trained["tokenizer"], decode, alignment_layer=0)
     source = len(trained["tokenizer"].encode(sentence)) + 1
-    limit = plain._output_limit(source - 1)
+    limit = plain.output_limit(source - 1)
     search_bytes, aligning_bytes = plain._batch_bytes(1, source, limit), aligned._batch_bytes(1, source, limit)
     assert aligning_bytes > search_bytes
     monkeypatch.setattr(mtx.decode.translator, "available_memory", lambda device: (search_bytes + aligning_bytes) // 2)

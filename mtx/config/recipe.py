@@ -514,7 +514,12 @@ class DecodeConfig:
         self._validate(lambda name: "--" + name.replace("_", "-"), " ", MtxError)
 
     def _validate(self, spell: Callable[[str], str], separator: str, error: type[MtxError]) -> None:
-        """Refuse values the search cannot honour, naming the field as `spell` writes its name."""
+        if (problem := self.first_problem(spell, separator)) is not None:
+            raise error(problem[1])
+
+    def first_problem(self, spell: Callable[[str], str], separator: str) -> tuple[str, str] | None:
+        """The first value the search cannot honour, as (its field's name, a message naming the field as `spell`
+        writes names: a recipe key, a flag, a request's JSON field); None if every value is fine."""
         styles = typing.get_args(LengthPenaltyStyle)
         problems = [
             (self.lenpen_style in styles, "lenpen_style", f"is not one of {', '.join(styles)}"),
@@ -532,12 +537,13 @@ class DecodeConfig:
         ]
         for ok, name, what in problems:
             if not ok:
-                raise error(f"{spell(name)}{separator}{getattr(self, name)!r} {what}.")
+                return name, f"{spell(name)}{separator}{getattr(self, name)!r} {what}."
         if not self.sampling:
             for name, unset in (("topk", None), ("topp", 1.0), ("temperature", 1.0)):
                 if getattr(self, name) != unset:
-                    raise error(f"{spell(name)}{separator}{getattr(self, name)!r} applies only with "
-                                f"{spell('sampling')}.")
+                    return name, (f"{spell(name)}{separator}{getattr(self, name)!r} applies only with "
+                                  f"{spell('sampling')}.")
+        return None
 
 
 # -------------------------------------------------------------------------------------------------- recipe

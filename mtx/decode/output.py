@@ -53,6 +53,12 @@ def json_fields(translation: Translation, tokenizer: Tokenizer, with_alignment: 
 
 def json_line(nbest: list[Translation], tokenizer: Tokenizer, with_nbest: bool, with_alignment: bool,
               with_flags: bool = False) -> str:
+    """`json_object` as one line of JSON."""
+    return json.dumps(json_object(nbest, tokenizer, with_nbest, with_alignment, with_flags), ensure_ascii=False)
+
+
+def json_object(nbest: list[Translation], tokenizer: Tokenizer, with_nbest: bool, with_alignment: bool,
+                with_flags: bool = False) -> dict[str, object]:
     """One input line's translation as one JSON object: the best hypothesis' fields, and (for --nbest > 1) the
     n-best list, best first, as "nbest"; `with_flags`, the best one's flags (mtx.decode.flags) as "flags". An
     empty input line has no hypothesis: an empty text, a null score, no tokens, no flags."""
@@ -66,4 +72,4 @@ def json_line(nbest: list[Translation], tokenizer: Tokenizer, with_nbest: bool, 
         line["flags"] = list(nbest[0].flags) if nbest else []
     if with_nbest:
         line["nbest"] = [json_fields(translation, tokenizer, with_alignment) for translation in nbest]
-    return json.dumps(line, ensure_ascii=False)
+    return line

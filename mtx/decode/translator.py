@@ -112,17 +112,19 @@ class Translator:
         self.max_positions: int = min(model.cfg.max_positions for model in self.models)
         self.device = next(first.parameters()).device
 
-    def translate(self, sentences: list[str], first_line: int = 0,
+    def translate(self, sentences: list[str], first_line: int | Sequence[int] = 0,
                   prefixes: list[str] | None = None) -> list[list[Translation]]:
         """The n-best translations of each sentence, best first; an empty sentence gets an empty list.
 
-        `first_line`: the index of the first sentence in the whole input, which sampling's draws depend on.
+        `first_line`: the index of the first sentence in the whole input, which sampling's draws depend on; or
+        each sentence's own index, where the sentences come from several inputs (a server's requests).
         `prefixes`: a target prefix per sentence ("": none), which its translations start with.
         """
         started = time.perf_counter()
+        lines = range(first_line, first_line + len(sentences)) if isinstance(first_line, int) else first_line
         todo, sources = self._sources(sentences)
-        limits = [self._output_limit(len(ids) - 1) for ids in sources]
-        forced = self._prefixes(prefixes, todo, limits, first_line)
+        limits = [self.output_limit(len(ids) - 1) for ids in sources]
+        forced = self._prefixes(prefixes, todo, limits, lines)
         results: list[list[Translation]] = [[] for _ in sentences]
         batches = decoding_batches([len(ids) for ids in sources], limits, self.batch_tokens)
         workers, threads_each = decoding_workers(self.device, torch.get_num_threads(), len(batches))
@@ -130,7 +132,7 @@ class Translator:
                            workers)
         decoded_batches = map_in_threads(
             lambda batch: self._search_batch([sources[j] for j in batch], [limits[j] for j in batch],
-                                             [first_line + todo[j] for j in batch],
+                                             [lines[todo[j]] for j in batch],
                                              None if forced is None else [forced[j] for j in batch]),
             batches, workers, threads_each)
         for batch, (nbests, alignments) in zip(batches, decoded_batches, strict=True):
@@ -223,7 +225,7 @@ class Translator:
             ids = ids[: self.max_positions - 1]
         return [*ids, EOS]
 
-    def _output_limit(self, source_tokens: int) -> int:
+    def output_limit(self, source_tokens: int) -> int:
         """The most tokens before EOS for a source of `source_tokens` (EOS not counted)."""
         d = self.decode
         return min(math.floor(d.max_len_a * source_tokens + d.max_len_b), self.max_positions - 1)
@@ -234,14 +236,14 @@ class Translator:
         return tuple(flags(source[:-1], hypothesis.tokens, hypothesis.token_log_probs, self.flag_thresholds))
 
     def _prefixes(self, prefixes: list[str] | None, todo: list[int], limits: list[int],
-                  first_line: int) -> list[list[int]] | None:
+                  lines: Sequence[int]) -> list[list[int]] | None:
         """Each non-empty sentence's prefix as token ids, refused where it is longer than the output may be."""
         if prefixes is None or not any(prefixes):
             return None
         ids = self.tokenizer.encode_batch([normalize_text(prefixes[i]) for i in todo])
         for j, (prefix, limit) in enumerate(zip(ids, limits, strict=True)):
             if len(prefix) > limit:
-                raise MtxError(f"--prefix, line {first_line + todo[j] + 1}: the prefix has {len(prefix)} tokens, more "
+                raise MtxError(f"--prefix, line {lines[todo[j]] + 1}: the prefix has {len(prefix)} tokens, more "
                                f"than the {limit} its sentence's translation may have (--max-len-a, --max-len-b and "
                                "the model's positions): shorten it or raise those.")
         return ids

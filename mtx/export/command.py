@@ -1,6 +1,7 @@
 """`mtx export`: a checkpoint as a folder that another toolkit serves, Hugging Face `transformers` or CTranslate2.
 
-    hf           a MarianMT folder (mtx.export.hf) for AutoModelForSeq2SeqLM / AutoTokenizer / pipeline
+    hf           a MarianMT folder (mtx.export.hf) for AutoModelForSeq2SeqLM / AutoTokenizer / generate
+                 (transformers 4 or 5; also transformers 4's translation pipeline)
     ctranslate2  a CTranslate2 model directory (mtx.export.ctranslate2), quantized if asked
 
 Both hold mtx's tokenizer with its normalisation and the source's EOS built in (mtx.export.tokenizer) and a

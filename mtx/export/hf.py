@@ -1,7 +1,8 @@
 """An mtx checkpoint as a Hugging Face `transformers` folder: a MarianMT model, its tokenizer and how to decode.
 
-What the folder holds, and what `AutoModelForSeq2SeqLM.from_pretrained`, `AutoTokenizer.from_pretrained` and
-`pipeline("translation")` read from it:
+What the folder holds, and what `AutoModelForSeq2SeqLM.from_pretrained` and `AutoTokenizer.from_pretrained`
+read from it, in transformers 4 and 5 alike (and transformers 4's `pipeline("translation")`, which version 5
+removed):
 
 - config.json, model.safetensors: the MarianMT twin of the model (mtx.export.marian).
 - tokenizer.json, tokenizer_config.json: mtx's tokenizer with its normalisation and the source's EOS built in
@@ -12,6 +13,7 @@ What the folder holds, and what `AutoModelForSeq2SeqLM.from_pretrained`, `AutoTo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from mtx.config.recipe import DecodeConfig, ModelConfig
@@ -19,6 +21,10 @@ from mtx.export.marian import marian_from_mtx
 from mtx.export.tokenizer import TOKENIZER_NOTE, exported_tokenizer
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
+
+TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # the class name transformers 4 and 5 both load
+# The model card's line before the commented-out translation pipeline, which transformers 5 removed.
+TRANSFORMERS_4_ONLY = "# or, with transformers 4 only (version 5 has no translation pipeline):"
 
 
 def generation_config(decode: DecodeConfig, cfg: ModelConfig):
@@ -55,24 +61,42 @@ def fast_tokenizer(tokenizer_json: str, max_positions: int):
 
 
 def save_hf_folder(model: Transformer, tokenizer_json: str, decode: DecodeConfig, folder: Path) -> None:
-    """Write the model, tokenizer and generation settings into `folder` (safetensors weights)."""
+    """Write the model, tokenizer and generation settings into `folder` (safetensors weights: what
+    transformers 4 saves by default since 4.35, and version 5 always)."""
     marian = marian_from_mtx(model).eval()
     marian.generation_config = generation_config(decode, model.cfg)
-    marian.save_pretrained(folder, safe_serialization=True)
+    marian.save_pretrained(folder)
     fast_tokenizer(tokenizer_json, model.cfg.max_positions).save_pretrained(folder)
+    name_tokenizer_class(folder)
+
+
+def name_tokenizer_class(folder: Path) -> None:
+    """Name the tokenizer's class in tokenizer_config.json as both transformers 4 and 5 know it.
+
+    transformers 5 saves its fast tokenizer's class as `TokenizersBackend`, which version 4's AutoTokenizer
+    refuses ("does not exist"); `PreTrainedTokenizerFast` is version 4's class and version 5's alias of
+    `TokenizersBackend`, so a folder exported with either version loads with either.
+    """
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = TOKENIZER_CLASS
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def hf_usage(folder: Path) -> str:
-    """The lines that translate with the exported folder, for its model card."""
-    return f'''from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+    """The lines that translate with the exported folder, for its model card: `AutoModelForSeq2SeqLM`,
+    `AutoTokenizer` and `generate`, which transformers 4 and 5 both have; then, commented out, the translation
+    pipeline, which only version 4 has (`TRANSFORMERS_4_ONLY` marks where)."""
+    return f'''from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 model = AutoModelForSeq2SeqLM.from_pretrained("{folder}")
 tokenizer = AutoTokenizer.from_pretrained("{folder}")
 batch = tokenizer(["The old friends tidy up his kitchen."], return_tensors="pt", padding=True)
-print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
+print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))  # generation_config.json's search
 
-# or, with transformers 4 (version 5 removed the translation pipeline):
-print(pipeline("translation", model="{folder}")("The old friends tidy up his kitchen."))'''
+{TRANSFORMERS_4_ONLY}
+# from transformers import pipeline
+# print(pipeline("translation", model="{folder}")("The old friends tidy up his kitchen."))'''
 
 
 def hf_notes(decode: DecodeConfig) -> list[str]:

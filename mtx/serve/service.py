@@ -1,0 +1,217 @@
+"""The model behind `mtx serve`: loaded and warmed up once, then each request checked, queued and answered.
+
+It knows nothing of HTTP beyond the status codes its errors carry (mtx.serve.app wires it to FastAPI), so its
+rules hold whatever serves it:
+
+- a request's options are `mtx translate`'s, by the same names, on top of the checkpoint's recipe (`decode:`),
+  and are checked as the command checks its flags, each error naming the field (400);
+- a request holds at most `max_sentences` sentences of at most `max_chars` characters, none longer in tokens
+  than the model's positions, and asks for a beam and an n-best list of at most `max_beam` (413, 400);
+- the queue has room or the request is refused at once (503 with the seconds after which to retry); a request
+  not answered within `timeout` seconds gets 504, and its sentences are dropped if not yet decoded;
+- each sentence's answer holds the fields of `mtx translate --format jsonl`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from mtx.config.recipe import DecodeConfig
+from mtx.decode.translator import Dtype, Translator
+from mtx.errors import MtxError
+from mtx.serve.batcher import Batcher, Draining, Job, QueueFull
+from mtx.serve.metrics import Metrics
+from mtx.serve.worker import WorkerDied, WorkerProcess
+
+# The request's options beside the recipe's decoding fields, named as `mtx translate` names them.
+REQUEST_OPTIONS = ("alignment", "alignment_layer", "line_offset")
+DECODE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecodeConfig))
+
+Status = Literal["loading", "ready", "failed", "draining"]
+
+
+class RequestError(Exception):
+    """A request that cannot be answered with translations: its HTTP status, a message, the field at fault."""
+
+    def __init__(self, status: int, message: str, field: str | None = None, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.field, self.retry_after = status, message, field, retry_after
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for (`mtx serve`'s flags)."""
+
+    max_sentences: int
+    max_chars: int
+    max_beam: int  # also bounds nbest: the search's memory grows with both
+    timeout: float  # seconds from arrival to answer
+
+
+def log_event(**fields: Any) -> None:
+    """One JSON line on standard error: what the server did, for a log collector."""
+    stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    sys.stderr.write(json.dumps({"time": stamp, **fields}, ensure_ascii=False) + "\n")
+    sys.stderr.flush()
+
+
+class TranslationService:
+    """The loaded model(s), the batcher that decodes for them, and the rules of a request."""
+
+    def __init__(self, checkpoints: Sequence[Path], *, device: str, dtype: Dtype, threads: int, batch_tokens: int,
+                 max_wait: float, max_queue: int, limits: Limits) -> None:
+        self.checkpoints, self.device_name, self.dtype, self.threads = list(checkpoints), device, dtype, threads
+        self.batch_tokens, self.max_wait, self.max_queue, self.limits = batch_tokens, max_wait, max_queue, limits
+        self.metrics = Metrics()
+        self.status: Status = "loading"
+        self.failure: str | None = None
+        self.batcher: Batcher | None = None
+        self.workers: list[WorkerProcess] = []
+
+    def load(self) -> None:
+        """Load the models, start the decoding workers and warm each up; then the service is ready. A user error
+        (a corrupt checkpoint, a device that is not there) leaves it failed, with the message in `failure`."""
+        try:
+            self._load()
+        except MtxError as e:
+            self.failure, self.status = str(e), "failed"
+            log_event(event="failed", error=self.failure)
+
+    def _load(self) -> None:
+        from mtx.checkpoint import describe_checkpoint
+        from mtx.decode.ensemble import load_models
+        from mtx.decode.translator import decoding_workers
+        from mtx.devices import choose_device
+
+        started = time.monotonic()
+        target = choose_device(self.device_name, "--device")
+        workers, threads_each = decoding_workers(target, self.threads, self.threads)
+        self.workers = [WorkerProcess(number, self.checkpoints, device=self.device_name, dtype=self.dtype,
+                                      threads=threads_each, batch_tokens=self.batch_tokens)
+                        for number in range(workers)]
+        # Meanwhile, this process reads the checkpoints for what it checks requests against.
+        self.models, self.tokenizer, loaded = load_models(self.checkpoints)
+        self.checkpoint = loaded[0]
+        self.decoder_layers = len(self.models[0].decoder_layers)
+        for worker in self.workers:
+            worker.wait_ready()
+        self.batcher = Batcher([worker.decode for worker in self.workers], batch_tokens=self.batch_tokens,
+                               max_wait=self.max_wait, max_queue=self.max_queue, metrics=self.metrics)
+        self.batcher.start()
+        if self.status == "loading":  # not already draining
+            self.status = "ready"
+        log_event(event="ready", models=[f"{path}: {describe_checkpoint(checkpoint)}" for path, checkpoint in
+                                         zip(self.checkpoints, loaded, strict=True)],
+                  device=str(target), workers=workers, threads_each=threads_each,
+                  seconds=round(time.monotonic() - started, 3))
+
+    def drain(self) -> None:
+        """Take no more requests, answer those queued, stop the workers."""
+        self.status = "draining"
+        if self.batcher is not None:
+            self.batcher.close()
+        for worker in self.workers:
+            worker.stop()
+
+    def job(self, text: list[str], options: dict[str, Any]) -> Job:
+        """A request as a queued job, once every rule of the module's docstring holds (else RequestError)."""
+        from mtx.tokenizer import normalize_text
+
+        if self.status != "ready":
+            raise RequestError(503, f"the server is {self.status}" + (": retry shortly" if self.status == "loading"
+                                                                      else ""), retry_after=1)
+        limits = self.limits
+        if len(text) > limits.max_sentences:
+            raise RequestError(413, f"text has {len(text):,} sentences; this server takes at most "
+                               f"{limits.max_sentences:,} per request (--max-sentences): split the request.", "text")
+        for index, sentence in enumerate(text):
+            if len(sentence) > limits.max_chars:
+                raise RequestError(413, f"text[{index}] has {len(sentence):,} characters; this server takes at most "
+                                   f"{limits.max_chars:,} per sentence (--max-chars): split it.", f"text[{index}]")
+        decode_options = {k: v for k, v in options.items() if k in DECODE_OPTIONS}
+        decode = DecodeConfig.of_checkpoint(self.checkpoint, **decode_options)
+        problem = decode.first_problem(lambda name: name, " = ")
+        if problem is not None:
+            raise RequestError(400, problem[1], problem[0])
+        if decode.sampling and decode_options.get("beam", 1) != 1:
+            raise RequestError(400, f"sampling draws each token, beam = {decode.beam} searches: give one or the "
+                               "other (with sampling, nbest = N draws N samples).", "beam")
+        for name in ("beam", "nbest"):
+            if getattr(decode, name) > limits.max_beam:
+                raise RequestError(400, f"{name} = {getattr(decode, name)} is more than this server allows, "
+                                   f"{limits.max_beam} (--max-beam).", name)
+        alignment_layer = self._alignment_layer(options)
+        line_offset = options.get("line_offset", 0)
+        if line_offset < 0:
+            raise RequestError(400, f"line_offset = {line_offset} must be ≥ 0.", "line_offset")
+        try:  # the translator's own checks (a beam wider than the vocabulary); it counts a batch's tokens
+            translator = Translator(self.models, self.tokenizer, decode, self.batch_tokens,
+                                    alignment_layer=alignment_layer)
+        except MtxError as e:
+            raise RequestError(400, str(e)) from None
+        normalized = [normalize_text(sentence) for sentence in text]
+        cost = 0
+        for index, ids in enumerate(self.tokenizer.encode_batch(normalized)):
+            if len(ids) + 1 > translator.max_positions:
+                raise RequestError(413, f"text[{index}] is {len(ids):,} tokens long; the model reads at most "
+                                   f"{translator.max_positions - 1:,} (its positions less EOS): split it.",
+                                   f"text[{index}]")
+            if normalized[index]:
+                cost += max(len(ids), translator.output_limit(len(ids))) + 1  # as the translator's batches count
+        return Job(list(text), [line_offset + i for i in range(len(text))], (decode, alignment_layer), cost)
+
+    def _alignment_layer(self, options: dict[str, Any]) -> int | None:
+        """The decoder layer that aligns, when the request asks for alignments (mtx translate's default layer)."""
+        from mtx.decode.alignment import default_alignment_layer
+
+        layer = options.get("alignment_layer")
+        if not options.get("alignment"):
+            if layer is not None:
+                raise RequestError(400, "alignment_layer only applies with alignment = true.", "alignment_layer")
+            return None
+        if layer is None:
+            return default_alignment_layer(self.decoder_layers)
+        if not 0 <= layer < self.decoder_layers:
+            raise RequestError(400, f"alignment_layer = {layer} is not a layer of this model, whose decoder layers "
+                               f"are numbered 0 to {self.decoder_layers - 1}.", "alignment_layer")
+        return layer
+
+    async def translate(self, text: list[str], options: dict[str, Any]) -> list[dict[str, object]]:
+        """The translations of a request's sentences, each as `mtx translate --format jsonl` writes a line."""
+        from mtx.decode.output import json_object
+
+        started = time.monotonic()
+        job = self.job(text, options)
+        if self.batcher is None:
+            raise RequestError(503, "the server is loading: retry shortly", retry_after=1)
+        try:
+            future = self.batcher.submit(job)
+        except QueueFull as e:
+            raise RequestError(503, f"the server is at capacity ({self.max_queue:,} sentences queued at most, "
+                               "--max-queue): retry later.", retry_after=e.retry_after) from None
+        except Draining:
+            raise RequestError(503, "the server is shutting down.", retry_after=1) from None
+        left = self.limits.timeout - (time.monotonic() - started)
+        try:
+            nbests = await asyncio.wait_for(asyncio.wrap_future(future), timeout=max(left, 0.001))
+        except asyncio.TimeoutError:
+            raise RequestError(504, f"not translated within {self.limits.timeout:g} s (--timeout): the server is "
+                               "busy, or the request asks for much; retry later or send fewer sentences.") from None
+        except WorkerDied as e:
+            self.failure, self.status = str(e), "failed"
+            log_event(event="failed", error=self.failure)
+            raise RequestError(503, f"the server cannot decode: {e}") from None
+        except MtxError as e:
+            raise RequestError(400, str(e)) from None
+        decode, alignment_layer = job.options
+        return [json_object(nbest, self.tokenizer, decode.nbest > 1, alignment_layer is not None, with_flags=True)
+                for nbest in nbests]

@@ -1,0 +1,129 @@
+"""A decoding worker: a process of its own with its own instance of the model.
+
+Beam search over small batches spends much of its time in Python between PyTorch's operations, and Python runs
+one thread at a time (the GIL): decoding threads in the server's process would take turns with each other and
+with the event loop that reads and answers requests. Separate processes decode side by side instead, one per
+share of the CPU threads (as `mtx translate --threads` decodes batches side by side), or one with the GPU.
+
+The server's process sends a batch (its sentences, their indices for sampling's draws, the decoding options)
+through a pipe and gets the n-best lists back; spawned, not forked, so no PyTorch thread pool is inherited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from mtx.config.recipe import DecodeConfig
+from mtx.decode.translator import Dtype, Translation
+from mtx.errors import MtxError
+
+# Warm-up sentences: a short and a longer one, so the first requests meet no first-call costs.
+WARM_UP = ["Hello.", "The old friends met again in the small town where they had grown up, and talked for hours."]
+
+
+class WorkerDied(MtxError):
+    """A decoding worker's process ended while the server needed it."""
+
+
+def serve_batches(connection: Connection, checkpoints: Sequence[Path], device: str, dtype: Dtype, threads: int,
+                  batch_tokens: int) -> None:
+    """The worker process: load and warm up, say so, then decode each batch received until told to stop (None)."""
+    import torch
+
+    from mtx.decode.ensemble import load_models
+    from mtx.decode.flags import FlagThresholds
+    from mtx.decode.translator import Translator, prepare_model
+    from mtx.devices import choose_device
+
+    torch.set_num_threads(threads)
+    try:
+        target = choose_device(device, "--device")
+        models, tokenizer, loaded = load_models(checkpoints)
+        prepared = [prepare_model(model, target, dtype) for model in models]
+        thresholds = FlagThresholds.of_checkpoint(loaded[0])
+
+        def translator(decode: DecodeConfig, alignment_layer: int | None) -> Translator:
+            return Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=alignment_layer,
+                              flag_thresholds=thresholds)
+
+        with torch.inference_mode():
+            translator(DecodeConfig.of_checkpoint(loaded[0]), None).translate(WARM_UP)
+    except MtxError as e:
+        connection.send(("failed", str(e)))
+        return
+    connection.send(("ready", None))
+    while (batch := connection.recv()) is not None:
+        sentences, lines, (decode, alignment_layer) = batch
+        try:
+            with torch.inference_mode():
+                connection.send(("done", translator(decode, alignment_layer).translate(sentences, lines)))
+        except Exception as e:  # the server's process answers the batch's requests with it
+            connection.send(("error", e if _picklable(e) else RuntimeError(f"{type(e).__name__}: {e}")))
+
+
+def _picklable(error: Exception) -> bool:
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return False
+    return True
+
+
+class WorkerProcess:
+    """The server's handle on one decoding worker: start it, wait until it is warm, send it batches, stop it.
+
+    One thread of the server's batcher uses it at a time, so the pipe needs no lock."""
+
+    def __init__(self, number: int, checkpoints: Sequence[Path], *, device: str, dtype: Dtype, threads: int,
+                 batch_tokens: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.number = number
+        self.connection, theirs = context.Pipe()
+        self.process = context.Process(target=serve_batches, name=f"mtx-serve-worker-{number}", daemon=True,
+                                       args=(theirs, list(checkpoints), device, dtype, threads, batch_tokens))
+        self.process.start()
+        theirs.close()
+
+    def wait_ready(self) -> None:
+        """Return once the worker has loaded the model and warmed up; its load's error as an MtxError."""
+        kind, message = self._receive()
+        if kind == "failed":
+            raise MtxError(message)
+
+    def decode(self, sentences: list[str], lines: list[int], options: tuple[DecodeConfig, int | None]
+               ) -> list[list[Translation]]:
+        """The n-best lists of a batch's sentences; the worker's error, raised here."""
+        try:
+            self.connection.send((sentences, lines, options))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            raise self._died() from None
+        kind, value = self._receive()
+        if kind == "error":
+            raise value
+        return value
+
+    def stop(self) -> None:
+        """Let the worker finish and exit (it has no batch: the batcher has drained)."""
+        with contextlib.suppress(OSError):
+            self.connection.send(None)
+        self.process.join(timeout=30)
+        if self.process.is_alive():
+            self.process.kill()
+
+    def _receive(self) -> tuple[str, Any]:
+        try:
+            return self.connection.recv()
+        except (EOFError, ConnectionResetError, OSError):
+            raise self._died() from None
+
+    def _died(self) -> WorkerDied:
+        self.process.join(timeout=5)
+        return WorkerDied(f"decoding worker {self.number} stopped (exit status {self.process.exitcode}): "
+                          "restart the server.")
