@@ -171,6 +171,10 @@ def test_translations_equal_mtx_translate_for_the_same_options(start, copy_model
     # A sentence's samples depend on its index in the whole input: line_offset places a request's first one.
     status, _, answer = server.translate({"text": text[5:8], "line_offset": 5, **bodies["sampled"]})
     assert [t["text"] for t in answer["translations"]] == [t["text"] for t in expected["sampled"][5:8]]
+    # null is an option left unset: the recipe's.
+    status, _, answer = server.translate({"text": text[:2], "beam": None, "topk": None})
+    assert status == 200 and [t["text"] for t in answer["translations"]] == [t["text"] for t in
+                                                                             expected["default"][:2]]
     # An empty sentence gets the empty translation, as an empty line does.
     status, _, answer = server.translate({"text": ["", text[0]]})
     assert answer["translations"][0] == {"text": "", "score": None, "tokens": [], "token_log_probs": [], "flags": []}

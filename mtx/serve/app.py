@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from mtx.config.recipe import DecodeConfig
 from mtx.errors import first_line, is_out_of_memory
-from mtx.serve.service import REQUEST_OPTIONS, RequestError, TranslationService, log_event
+from mtx.serve.service import RequestError, TranslationService, log_event
 
 PATHS = ("/translate", "/health", "/metrics", "/docs", "/openapi.json")  # counted by path; others as "other"
 
@@ -63,7 +63,6 @@ TranslateRequest = create_model(
     line_offset=(int, Field(0, description="The index of the first sentence in the text it was cut from: sampling's "
                                            "draws depend on each sentence's index.")),
 )
-assert set(REQUEST_OPTIONS) <= set(TranslateRequest.model_fields)  # the service reads these by name
 
 
 class Hypothesis(BaseModel):
@@ -129,7 +128,7 @@ def create_app(service: TranslationService, on_failed_load: Callable[[], None]) 
         except ValidationError as e:
             return _error(request, RequestError(400, *_validation_message(e)))
         request.state.sentences = len(body.text)
-        options = body.model_dump(exclude_unset=True, exclude={"text"})
+        options = {k: v for k, v in body.model_dump(exclude={"text"}).items() if v is not None}  # null: unset
         try:
             translations = await service.translate(body.text, options)
         except RequestError as e:

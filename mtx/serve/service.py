@@ -27,13 +27,12 @@ from typing import Any, Literal
 
 from mtx.config.recipe import DecodeConfig
 from mtx.decode.translator import Dtype, Translator
-from mtx.errors import MtxError
+from mtx.errors import MtxError, first_line
 from mtx.serve.batcher import Batcher, Draining, Job, QueueFull
 from mtx.serve.metrics import Metrics
 from mtx.serve.worker import WorkerDied, WorkerProcess
 
-# The request's options beside the recipe's decoding fields, named as `mtx translate` names them.
-REQUEST_OPTIONS = ("alignment", "alignment_layer", "line_offset")
+# A request's options that are the recipe's decoding fields (the others: alignment, alignment_layer, line_offset).
 DECODE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecodeConfig))
 
 Status = Literal["loading", "ready", "failed", "draining"]
@@ -78,12 +77,13 @@ class TranslationService:
         self.workers: list[WorkerProcess] = []
 
     def load(self) -> None:
-        """Load the models, start the decoding workers and warm each up; then the service is ready. A user error
-        (a corrupt checkpoint, a device that is not there) leaves it failed, with the message in `failure`."""
+        """Load the models, start the decoding workers and warm each up; then the service is ready. An error (a
+        corrupt checkpoint, a device that is not there) leaves it failed, with the message in `failure`."""
         try:
             self._load()
-        except MtxError as e:
-            self.failure, self.status = str(e), "failed"
+        except Exception as e:  # a user error as it is; anything else (out of memory) by its first line
+            self.failure = str(e) if isinstance(e, MtxError) else f"{type(e).__name__}: {first_line(e)}"
+            self.status = "failed"
             log_event(event="failed", error=self.failure)
 
     def _load(self) -> None:

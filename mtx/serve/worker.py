@@ -20,7 +20,7 @@ from typing import Any
 
 from mtx.config.recipe import DecodeConfig
 from mtx.decode.translator import Dtype, Translation
-from mtx.errors import MtxError
+from mtx.errors import MtxError, first_line
 
 # Warm-up sentences: a short and a longer one, so the first requests meet no first-call costs.
 WARM_UP = ["Hello.", "The old friends met again in the small town where they had grown up, and talked for hours."]
@@ -53,8 +53,8 @@ def serve_batches(connection: Connection, checkpoints: Sequence[Path], device: s
 
         with torch.inference_mode():
             translator(DecodeConfig.of_checkpoint(loaded[0]), None).translate(WARM_UP)
-    except MtxError as e:
-        connection.send(("failed", str(e)))
+    except Exception as e:  # the server's process says why, and exits 1
+        connection.send(("failed", str(e) if isinstance(e, MtxError) else f"{type(e).__name__}: {first_line(e)}"))
         return
     connection.send(("ready", None))
     while (batch := connection.recv()) is not None:
