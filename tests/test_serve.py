@@ -293,6 +293,22 @@ def limited(copy_model: dict, tmp_path_factory) -> Iterator[Server]:
 
 
 @serving
+def test_a_decoding_worker_that_dies_is_replaced_and_only_its_batch_is_lost(start, copy_model: dict,
+                                                                           expected: dict) -> None:
+    server = start("--threads", "1")
+    (pid,) = next(event["pids"] for event in server.events() if event["event"] == "ready")
+    os.kill(pid, signal.SIGKILL)  # as the kernel's out-of-memory killer would
+    status, headers, answer = server.translate({"text": copy_model["held_out"][:2]})
+    assert status == 503 and "restarted: retry" in answer["error"] and headers["retry-after"] == "1"
+    assert server.get("/health") == (200, b'{"status":"ready"}')
+    status, _, answer = server.translate({"text": copy_model["held_out"][:2]})
+    assert status == 200 and [t["text"] for t in answer["translations"]] == [t["text"] for t in
+                                                                             expected["default"][:2]]
+    events = [event["event"] for event in server.events()]
+    assert events.index("worker_died") < events.index("worker_restarted")
+
+
+@serving
 @pytest.mark.parametrize(("body", "status", "field", "message"), [
     (b'{"text": ["a"', 400, None, "not valid JSON"),
     (b'["a"]', 400, None, "must be a JSON object"),

@@ -38,7 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from mtx.config.recipe import DecodeConfig
 from mtx.errors import first_line, is_out_of_memory
-from mtx.serve.service import RequestError, TranslationService, log_event
+from mtx.serve.events import log_event
+from mtx.serve.service import RequestError, TranslationService
 
 PATHS = ("/translate", "/health", "/metrics", "/docs", "/openapi.json")  # counted by path; others as "other"
 

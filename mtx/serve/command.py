@@ -134,7 +134,7 @@ def run_server(service: TranslationService, sock: socket.socket, max_body: int) 
     import uvicorn
 
     from mtx.serve.app import RequestLog, create_app
-    from mtx.serve.service import log_event
+    from mtx.serve.events import log_event
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager

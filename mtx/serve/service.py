@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +26,7 @@ from mtx.config.recipe import DecodeConfig
 from mtx.decode.translator import Dtype, Translator
 from mtx.errors import MtxError, first_line
 from mtx.serve.batcher import Batcher, Draining, Job, QueueFull
+from mtx.serve.events import log_event
 from mtx.serve.metrics import Metrics
 from mtx.serve.worker import WorkerDied, WorkerProcess
 
@@ -54,13 +52,6 @@ class Limits:
     max_chars: int
     max_beam: int  # also bounds nbest: the search's memory grows with both
     timeout: float  # seconds from arrival to answer
-
-
-def log_event(**fields: Any) -> None:
-    """One JSON line on standard error: what the server did, for a log collector."""
-    stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    sys.stderr.write(json.dumps({"time": stamp, **fields}, ensure_ascii=False) + "\n")
-    sys.stderr.flush()
 
 
 class TranslationService:
@@ -112,6 +103,7 @@ class TranslationService:
         log_event(event="ready", models=[f"{path}: {describe_checkpoint(checkpoint)}" for path, checkpoint in
                                          zip(self.checkpoints, loaded, strict=True)],
                   device=str(target), workers=workers, threads_each=threads_each,
+                  pids=[worker.process.pid for worker in self.workers],
                   seconds=round(time.monotonic() - started, 3))
 
     def drain(self) -> None:
@@ -207,9 +199,10 @@ class TranslationService:
             raise RequestError(504, f"not translated within {self.limits.timeout:g} s (--timeout): the server is "
                                "busy, or the request asks for much; retry later or send fewer sentences.") from None
         except WorkerDied as e:
-            self.failure, self.status = str(e), "failed"
-            log_event(event="failed", error=self.failure)
-            raise RequestError(503, f"the server cannot decode: {e}") from None
+            if not e.restarted:
+                self.failure, self.status = str(e), "failed"
+                log_event(event="failed", error=self.failure)
+            raise RequestError(503, str(e), retry_after=1) from None
         except MtxError as e:
             raise RequestError(400, str(e)) from None
         decode, alignment_layer = job.options

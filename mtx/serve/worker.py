@@ -16,18 +16,23 @@ import multiprocessing
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 from mtx.config.recipe import DecodeConfig
 from mtx.decode.translator import Dtype, Translation
 from mtx.errors import MtxError, first_line
+from mtx.serve.events import log_event
 
 # Warm-up sentences: a short and a longer one, so the first requests meet no first-call costs.
 WARM_UP = ["Hello.", "The old friends met again in the small town where they had grown up, and talked for hours."]
 
 
 class WorkerDied(MtxError):
-    """A decoding worker's process ended while the server needed it."""
+    """A decoding worker's process ended while it decoded a batch (killed for memory, a crash); `restarted`: a
+    new one took its place, so only that batch's requests are lost."""
+
+    def __init__(self, message: str, restarted: bool) -> None:
+        super().__init__(message)
+        self.restarted = restarted
 
 
 def serve_batches(connection: Connection, checkpoints: Sequence[Path], device: str, dtype: Dtype, threads: int,
@@ -77,23 +82,31 @@ def _picklable(error: Exception) -> bool:
 
 
 class WorkerProcess:
-    """The server's handle on one decoding worker: start it, wait until it is warm, send it batches, stop it.
-
-    One thread of the server's batcher uses it at a time, so the pipe needs no lock."""
+    """The server's handle on one decoding worker: start it, wait until it is warm, send it batches, restart it if
+    it dies, stop it. One thread of the server's batcher uses it at a time, so the pipe needs no lock."""
 
     def __init__(self, number: int, checkpoints: Sequence[Path], *, device: str, dtype: Dtype, threads: int,
                  batch_tokens: int) -> None:
-        context = multiprocessing.get_context("spawn")
         self.number = number
+        self._arguments = (list(checkpoints), device, dtype, threads, batch_tokens)
+        self._start()
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
         self.connection, theirs = context.Pipe()
-        self.process = context.Process(target=serve_batches, name=f"mtx-serve-worker-{number}", daemon=True,
-                                       args=(theirs, list(checkpoints), device, dtype, threads, batch_tokens))
+        self.process = context.Process(target=serve_batches, name=f"mtx-serve-worker-{self.number}", daemon=True,
+                                       args=(theirs, *self._arguments))
         self.process.start()
         theirs.close()
 
     def wait_ready(self) -> None:
         """Return once the worker has loaded the model and warmed up; its load's error as an MtxError."""
-        kind, message = self._receive()
+        try:
+            kind, message = self.connection.recv()
+        except (EOFError, OSError):
+            self.process.join(timeout=5)
+            raise MtxError(f"decoding worker {self.number} stopped while loading the model (exit status "
+                           f"{self.process.exitcode}).") from None
         if kind == "failed":
             raise MtxError(message)
 
@@ -102,9 +115,9 @@ class WorkerProcess:
         """The n-best lists of a batch's sentences; the worker's error, raised here."""
         try:
             self.connection.send((sentences, lines, options))
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            raise self._died() from None
-        kind, value = self._receive()
+            kind, value = self.connection.recv()
+        except (EOFError, OSError):  # the process is gone (BrokenPipeError, ConnectionResetError, EOF)
+            raise self._restart() from None
         if kind == "error":
             raise value
         return value
@@ -117,13 +130,17 @@ class WorkerProcess:
         if self.process.is_alive():
             self.process.kill()
 
-    def _receive(self) -> tuple[str, Any]:
-        try:
-            return self.connection.recv()
-        except (EOFError, ConnectionResetError, OSError):
-            raise self._died() from None
-
-    def _died(self) -> WorkerDied:
+    def _restart(self) -> WorkerDied:
+        """Start a new worker in place of a dead one; the error to answer the lost batch's requests with."""
         self.process.join(timeout=5)
-        return WorkerDied(f"decoding worker {self.number} stopped (exit status {self.process.exitcode}): "
-                          "restart the server.")
+        status = self.process.exitcode
+        self.connection.close()
+        log_event(event="worker_died", worker=self.number, exit_status=status)
+        what = f"decoding worker {self.number} stopped (exit status {status}) while decoding this request"
+        try:
+            self._start()
+            self.wait_ready()
+        except MtxError as e:
+            return WorkerDied(f"{what}, and could not be restarted ({e}): restart the server.", restarted=False)
+        log_event(event="worker_restarted", worker=self.number, pid=self.process.pid)
+        return WorkerDied(f"{what}; it was restarted: retry.", restarted=True)
