@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 import typing
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any, Literal
@@ -36,6 +36,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from mtx import __version__
 from mtx.config.recipe import DecodeConfig
 from mtx.errors import first_line, is_out_of_memory
 from mtx.serve.events import log_event
@@ -106,7 +107,7 @@ def create_app(service: TranslationService, on_failed_load: Callable[[], None]) 
     calls `on_failed_load` if it cannot; at shutdown, once uvicorn has answered what was in flight, it drains."""
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         def load() -> None:
             service.load()
             if service.status == "failed":
@@ -116,7 +117,7 @@ def create_app(service: TranslationService, on_failed_load: Callable[[], None]) 
         yield
         service.drain()
 
-    app = FastAPI(title="mtx serve", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
+    app = FastAPI(title="mtx serve", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Machine translation with an mtx model. Sentences of concurrent requests are "
                   "decoded together (dynamic batching).")
 
@@ -165,12 +166,6 @@ def create_app(service: TranslationService, on_failed_load: Callable[[], None]) 
                                    swagger_favicon_url="/docs/static/favicon-32x32.png")
 
     return app
-
-
-def _version() -> str:
-    from mtx import __version__
-
-    return __version__
 
 
 def _error(request: Request, error: RequestError, logged: str | None = None) -> JSONResponse:
