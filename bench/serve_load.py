@@ -57,10 +57,8 @@ import torch
 from common import set_threads, significant
 
 from mtx.config.recipe import DecodeConfig
-from mtx.decode.ensemble import load_models
 from mtx.decode.flags import FlagThresholds
-from mtx.decode.translator import Translator, prepare_model
-from mtx.devices import choose_device
+from mtx.decode.translator import Translator, load_prepared
 
 LOOPBACK = "127.0.0.1"  # the only host this script talks to (the server is started on it; there is no --host)
 READY_TIMEOUT_S = 120.0  # the server must answer /health with 200 within this
@@ -168,9 +166,8 @@ def in_process_latency(args: argparse.Namespace, sentences: list[str]) -> dict[s
     """Milliseconds to translate each sentence alone with the model loaded here as `mtx translate --format jsonl`
     loads it; the model is freed afterwards, before the server starts."""
     set_threads(args.threads)
-    models, tokenizer, loaded = load_models([args.model])
-    target = choose_device("auto", "--device")
-    prepared = [prepare_model(model, target, "auto") for model in models]
+    prepared, tokenizer, loaded = load_prepared([args.model], "auto", "auto")
+    target = next(prepared[0].parameters()).device
     options = {"beam": args.beam} if args.beam is not None else {}
     translator = Translator(prepared, tokenizer, DecodeConfig.of_checkpoint(loaded[0], **options),
                             args.batch_tokens or 4096, flag_thresholds=FlagThresholds.of_checkpoint(loaded[0]))
@@ -182,7 +179,7 @@ def in_process_latency(args: argparse.Namespace, sentences: list[str]) -> dict[s
         translator.translate([sentence])
         seconds.append(time.perf_counter() - started)
     batch_curve(translator, sentences)
-    del translator, prepared, models
+    del translator, prepared
     gc.collect()
     if target.type == "cuda":
         torch.cuda.empty_cache()

@@ -87,13 +87,18 @@ def _on_cpu(state: dict[str, torch.Tensor], copy: bool) -> dict[str, torch.Tenso
     return {name: moved[aliases.get(name, name)] for name in state}
 
 
+def require_checkpoint_file(path: Path) -> None:
+    """Refuse a checkpoint path that names no file: what a command checks before any slow work."""
+    if not path.is_file():
+        raise MtxError(f"Checkpoint {path} does not exist: pass a file written by `mtx train` or `mtx average`.")
+
+
 def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
     """Load and sanity-check a checkpoint on the CPU; a missing or corrupt file is a user error. `mmap` maps
     the tensors from the file rather than reading them: a caller pages in only what it touches (nothing, for
     one that looks only at the metadata), from the page cache that all processes of a machine share."""
     path = Path(path)
-    if not path.is_file():
-        raise MtxError(f"Checkpoint {path} does not exist: pass a file written by `mtx train` or `mtx average`.")
+    require_checkpoint_file(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:

@@ -479,7 +479,7 @@ def test_a_lone_request_is_decoded_at_once_and_company_is_waited_for() -> None:
     slow = batcher(Recording(delay=0.5), max_wait=0.3)
     slow.start()
     first = slow.submit(job(["first"], "A"))
-    wait_until(lambda: slow.metrics.decoding_requests == 1)
+    wait_until(lambda: slow.depth()[2] == 1)
     # While the first is decoded, two more arrive: once free, the worker sees company and waits for more.
     second, third = slow.submit(job(["second"], "A")), slow.submit(job(["third"], "A"))
     time.sleep(0.6)
@@ -542,9 +542,8 @@ def test_metrics_histograms_are_cumulative_and_the_exposition_counts_everything(
     metrics.request_done("/translate", 200, 0.02)
     metrics.request_done("/translate", 503, 0.001)
     metrics.request_done("/health", 200, None)
-    metrics.queue_changed(2, 5)
     metrics.batch_decoded(5, [0.003, 0.004])
-    text = metrics.exposition().splitlines()
+    text = metrics.exposition((2, 5, 0)).splitlines()
     assert 'mtx_requests_total{path="/translate",code="503"} 1' in text
     assert "mtx_request_duration_seconds_count 2" in text and "mtx_queue_sentences 5" in text
     assert 'mtx_batch_sentences_bucket{le="4"} 0' in text and 'mtx_batch_sentences_bucket{le="8"} 1' in text

@@ -139,6 +139,18 @@ def translate(
                    prefix_path=prefix, reference_path=score_reference)
 
 
+def set_threads(threads: int | None) -> None:
+    """`--threads` checked and given to PyTorch (None: PyTorch's own count, one per core)."""
+    import torch
+
+    if threads is None:
+        return
+    cores = os.cpu_count() or 1
+    if not 1 <= threads <= 4 * cores:
+        raise MtxError(f"--threads {threads} must be between 1 and 4 × this machine's {cores} cores.")
+    torch.set_num_threads(threads)
+
+
 def check_choice(flag: str, value: str, allowed: object) -> None:
     """A flag whose value must be one of a Literal type's values (the command line passes plain strings)."""
     choices = typing.get_args(allowed)
@@ -214,16 +226,13 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     file (sampling's draws depend on it). `prefix_path` gives a target prefix per line; `reference_path` a
     translation per line to score instead of searching (`Translator.score`).
     """
-    import torch
-
     from mtx.checkpoint import describe_checkpoint
     from mtx.config.recipe import DecodeConfig
     from mtx.decode.alignment import default_alignment_layer
-    from mtx.decode.ensemble import load_models
     from mtx.decode.flags import FlagThresholds
     from mtx.decode.output import format_nbest, json_line
-    from mtx.decode.translator import Dtype, Translation, Translator, prepare_model
-    from mtx.devices import DeviceName, choose_device
+    from mtx.decode.translator import Dtype, Translation, Translator, load_prepared
+    from mtx.devices import DeviceName
 
     check_choice("--device", device, DeviceName)
     check_choice("--dtype", dtype, Dtype)
@@ -235,20 +244,14 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
         raise MtxError(f"Input file {input_path} does not exist: pass a text file with one sentence per line.")
     if input_path is not None and output_path is not None and output_path.resolve() == input_path.resolve():
         raise MtxError(f"-o {output_path} is also the input file: writing it would destroy the input.")
-    if threads is not None:
-        cores = os.cpu_count() or 1
-        if not 1 <= threads <= 4 * cores:
-            raise MtxError(f"--threads {threads} must be between 1 and 4 × this machine's {cores} cores.")
-        torch.set_num_threads(threads)
+    set_threads(threads)
     companion = _companion_file(input_path, prefix_path, reference_path, options, alignment, line_offset)
-    target = choose_device(device, "--device")
-    models, tokenizer, loaded = load_models(checkpoints)
+    prepared, tokenizer, loaded = load_prepared(checkpoints, device, dtype)
     for path, checkpoint in zip(checkpoints, loaded, strict=True):
         log(f"{path}: {describe_checkpoint(checkpoint)}\n")
     checkpoint = loaded[0]
     if alignment and alignment_layer is None:
-        alignment_layer = default_alignment_layer(len(models[0].decoder_layers))
-    prepared = [prepare_model(model, target, dtype) for model in models]
+        alignment_layer = default_alignment_layer(len(prepared[0].decoder_layers))
     decode = DecodeConfig.of_checkpoint(checkpoint, **options)
     thresholds = FlagThresholds.of_checkpoint(checkpoint) if output_format == "jsonl" else None
     translator = Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=alignment_layer,

@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, NamedTuple
 
 import torch
@@ -32,11 +33,11 @@ import torch
 from mtx.config.recipe import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
 from mtx.decode.alignment import AligningDecoder, Alignment, align_searched
-from mtx.decode.ensemble import Ensemble
+from mtx.decode.ensemble import Ensemble, load_models
 from mtx.decode.flags import FlagThresholds, flags
 from mtx.decode.scoring import score_targets
 from mtx.decode.search import Hypothesis, Sampling, search
-from mtx.devices import available_memory, choose_dtype, half_precision_model
+from mtx.devices import available_memory, choose_device, choose_dtype, half_precision_model
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
@@ -316,6 +317,16 @@ def translate_sentences(model: Transformer, tokenizer: Tokenizer, sentences: lis
         warnings.warn(f"{translator.stats.truncated} sentences were truncated to the model's "
                       f"{translator.max_positions} positions.", stacklevel=2)
     return [nbest[0][0] if nbest else "" for nbest in nbests]
+
+
+def load_prepared(checkpoints: Sequence[Path], device: str, dtype: Dtype
+                  ) -> tuple[list[Transformer], Tokenizer, list[dict]]:
+    """The checkpoints' models (one, or an ensemble's: mtx.decode.ensemble.load_models) on `device` (auto, cpu,
+    cuda; an unavailable one is refused before anything loads) in the format `dtype`, their shared tokenizer, and
+    each checkpoint's metadata: what every translating command starts with."""
+    target = choose_device(device, "--device")
+    models, tokenizer, metadata = load_models(checkpoints)
+    return [prepare_model(model, target, dtype) for model in models], tokenizer, metadata
 
 
 def prepare_model(model: Transformer, device: torch.device, dtype: Dtype) -> Transformer:

@@ -153,7 +153,8 @@ def create_app(service: TranslationService, on_failed_load: Callable[[], None]) 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
         """Requests, sentences, queue depth, batch sizes and latencies, in Prometheus' text format."""
-        return PlainTextResponse(service.metrics.exposition(), media_type="text/plain; version=0.0.4")
+        depth = service.batcher.depth() if service.batcher is not None else (0, 0, 0)
+        return PlainTextResponse(service.metrics.exposition(depth), media_type="text/plain; version=0.0.4")
 
     app.mount("/docs/static", StaticFiles(directory=str(resources.files("fastapi_swagger.resources"))),
               name="swagger-ui")

@@ -98,9 +98,13 @@ class Batcher:
                 raise QueueFull(self._retry_after())
             self._queue.append(job)
             self._queued_sentences += len(job.sentences)
-            self.metrics.queue_changed(1, len(job.sentences))
             self._changed.notify_all()
         return job.future
+
+    def depth(self) -> tuple[int, int, int]:
+        """Requests and sentences queued, and requests being decoded: the gauges of /metrics."""
+        with self._changed:
+            return len(self._queue), self._queued_sentences, self._decoding
 
     def close(self) -> None:
         """Take no more requests, decode those queued, and return when the workers have stopped."""
@@ -156,7 +160,6 @@ class Batcher:
         self._queued_sentences -= sentences
         running = [job for job in taken if job.future.set_running_or_notify_cancel()]
         self._decoding += len(running)
-        self.metrics.queue_changed(-len(taken), -sentences, len(running))
         return running
 
     def _decode(self, decoder: Decoder, jobs: list[Job]) -> None:
@@ -171,7 +174,6 @@ class Batcher:
         finally:
             with self._changed:
                 self._decoding -= len(jobs)
-            self.metrics.queue_changed(0, 0, -len(jobs))
         seconds = max(time.monotonic() - started, 1e-6)
         rate = len(self.decoders) * len(sentences) / seconds
         self._sentences_per_second = 0.8 * self._sentences_per_second + 0.2 * rate

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import signal
 import socket
 import threading
@@ -68,7 +67,8 @@ def serve(
     require_extra()
     import torch
 
-    from mtx.decode.command import check_choice
+    from mtx.checkpoint import require_checkpoint_file
+    from mtx.decode.command import check_choice, set_threads
     from mtx.decode.translator import Dtype
     from mtx.devices import DeviceName
     from mtx.serve.service import Limits, TranslationService
@@ -76,19 +76,14 @@ def serve(
     check_choice("--device", device, DeviceName)
     check_choice("--dtype", dtype, Dtype)
     for path in model:
-        if not path.is_file():
-            raise MtxError(f"Checkpoint {path} does not exist: pass a checkpoint written by mtx train or mtx average.")
-    cores = os.cpu_count() or 1
-    if threads is not None and not 1 <= threads <= 4 * cores:
-        raise MtxError(f"--threads {threads} must be between 1 and 4 × this machine's {cores} cores.")
+        require_checkpoint_file(path)
+    set_threads(threads)
     for flag, value in (("--batch-tokens", batch_tokens), ("--max-queue", max_queue),
                         ("--max-sentences", max_sentences), ("--max-chars", max_chars), ("--max-beam", max_beam)):
         if value < 1:
             raise MtxError(f"{flag} {value} must be at least 1.")
     if max_wait_ms < 0 or timeout <= 0:
         raise MtxError(f"--max-wait-ms ({max_wait_ms:g}) must be ≥ 0 and --timeout ({timeout:g}) positive.")
-    if threads is not None:
-        torch.set_num_threads(threads)
     limits = Limits(max_sentences=max_sentences, max_chars=max_chars, max_beam=max_beam, timeout=timeout)
     service = TranslationService(model, device=device, dtype=dtype, threads=torch.get_num_threads(),
                                  batch_tokens=batch_tokens, max_wait=max_wait_ms / 1000, max_queue=max_queue,

@@ -49,9 +49,6 @@ class Metrics:
         self.requests: dict[tuple[str, int], int] = {}  # (path, status code) → requests
         self.sentences = 0  # translated (empty ones included)
         self.batches = 0
-        self.queued_requests = 0
-        self.queued_sentences = 0
-        self.decoding_requests = 0
         self.batch_sizes = Histogram(BATCH_BUCKETS)
         self.latency = Histogram(LATENCY_BUCKETS)
         self.queue_wait = Histogram(LATENCY_BUCKETS)
@@ -63,14 +60,6 @@ class Metrics:
             if seconds is not None:
                 self.latency.observe(seconds)
 
-    def queue_changed(self, requests: int, sentences: int, decoding: int = 0) -> None:
-        """Requests and sentences joined (> 0) or left (< 0) the queue; `decoding` requests began (> 0) or ended
-        (< 0) being decoded."""
-        with self._lock:
-            self.queued_requests += requests
-            self.queued_sentences += sentences
-            self.decoding_requests += decoding
-
     def batch_decoded(self, sentences: int, waits: Sequence[float]) -> None:
         """A batch of `sentences` decoded; `waits` how long each of its requests waited in the queue."""
         with self._lock:
@@ -80,7 +69,10 @@ class Metrics:
             for wait in waits:
                 self.queue_wait.observe(wait)
 
-    def exposition(self) -> str:
+    def exposition(self, depth: tuple[int, int, int]) -> str:
+        """The metrics, with the queue's gauges from `depth`: requests and sentences queued, requests being
+        decoded (the batcher's own counts, read when scraped)."""
+        queued_requests, queued_sentences, decoding_requests = depth
         with self._lock:
             out = [
                 "# HELP mtx_requests_total HTTP requests answered, by path and status code.",
@@ -95,13 +87,13 @@ class Metrics:
                 f"mtx_batches_total {self.batches}",
                 "# HELP mtx_queue_requests Translation requests waiting for a decoding worker.",
                 "# TYPE mtx_queue_requests gauge",
-                f"mtx_queue_requests {self.queued_requests}",
+                f"mtx_queue_requests {queued_requests}",
                 "# HELP mtx_queue_sentences Sentences waiting for a decoding worker (the queue's bound counts these).",
                 "# TYPE mtx_queue_sentences gauge",
-                f"mtx_queue_sentences {self.queued_sentences}",
+                f"mtx_queue_sentences {queued_sentences}",
                 "# HELP mtx_decoding_requests Translation requests being decoded.",
                 "# TYPE mtx_decoding_requests gauge",
-                f"mtx_decoding_requests {self.decoding_requests}",
+                f"mtx_decoding_requests {decoding_requests}",
                 "# HELP mtx_batch_sentences Sentences per decoded batch, gathered from concurrent requests.",
                 "# TYPE mtx_batch_sentences histogram",
                 *self.batch_sizes.lines("mtx_batch_sentences"),

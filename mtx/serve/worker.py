@@ -40,16 +40,12 @@ def serve_batches(connection: Connection, checkpoints: Sequence[Path], device: s
     """The worker process: load and warm up, say so, then decode each batch received until told to stop (None)."""
     import torch
 
-    from mtx.decode.ensemble import load_models
     from mtx.decode.flags import FlagThresholds
-    from mtx.decode.translator import Translator, prepare_model
-    from mtx.devices import choose_device
+    from mtx.decode.translator import Translator, load_prepared
 
     torch.set_num_threads(threads)
     try:
-        target = choose_device(device, "--device")
-        models, tokenizer, loaded = load_models(checkpoints)
-        prepared = [prepare_model(model, target, dtype) for model in models]
+        prepared, tokenizer, loaded = load_prepared(checkpoints, device, dtype)
         thresholds = FlagThresholds.of_checkpoint(loaded[0])
 
         def translator(decode: DecodeConfig, alignment_layer: int | None) -> Translator:
