@@ -77,6 +77,18 @@ def fail(message: str) -> None:
     raise typer.Exit(1)
 
 
+def _out_of_memory(error: BaseException) -> str:
+    """What to do when a command runs out of memory: ask for less at once. PyTorch's allocators fail for what
+    a batch needs; Python's MemoryError (numpy's too) for what the command holds on the host, the data above all."""
+    if isinstance(error, MemoryError):
+        return (f"Out of memory ({first_line(error)}): the machine cannot hold what the command asked for. Ask for "
+                "less at once — for `mtx prepare`, fewer lines to learn the vocabulary on (data.bpe.max_lines); "
+                "for `mtx train`, lower data.sources' weights (an epoch holds each corpus' pairs times its "
+                "weight); for `mtx translate`, a smaller --batch-tokens.")
+    return (f"Out of memory ({first_line(error)}): ask for less at once — train.max_tokens for training, "
+            "--batch-tokens or --beam for translation.")
+
+
 def main() -> None:
     """Entry point: Typer handles usage errors (exit 2); an MtxError, or running out of memory, becomes a
     clean message and exit 1 (at once, skipping the interpreter's clean-up, after a PeersLostError)."""
@@ -85,9 +97,7 @@ def main() -> None:
     except Exception as e:
         if _state["debug"] or not (isinstance(e, MtxError) or is_out_of_memory(e)):
             raise
-        message = str(e) if isinstance(e, MtxError) else (
-            f"Out of memory ({first_line(e)}): ask for less at once — train.max_tokens for "
-            "training, --batch-tokens or --beam for translation.")
+        message = str(e) if isinstance(e, MtxError) else _out_of_memory(e)
         try:
             fail(message)
         except typer.Exit as exit_:

@@ -18,8 +18,9 @@ def first_line(error: BaseException, width: int = 160) -> str:
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether `error` is PyTorch running out of memory: a GPU's OutOfMemoryError, or the CPU allocator's
-    RuntimeError (whose type says nothing, so its message is read)."""
+    """Whether `error` is running out of memory: Python's MemoryError (numpy's failed allocations among them, an
+    `_ArrayMemoryError`), PyTorch's on a GPU (OutOfMemoryError), or its CPU allocator's RuntimeError (whose type
+    says nothing, so its message is read)."""
     message = str(error)
-    return type(error).__name__ == "OutOfMemoryError" or (
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or (
         isinstance(error, RuntimeError) and ("DefaultCPUAllocator" in message or "out of memory" in message))

@@ -41,7 +41,8 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import Tokenizer as HfTokenizer
@@ -50,10 +51,12 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # in id order
 METASPACE = "▁"
+BYTE_LEVEL_SPACE = "Ġ"  # how a byte-level vocabulary spells the space byte: its tokens' word mark
 _METASPACE_STAND_IN = "\x01"  # what a literal "▁" is while encoded: normalize_text removes every U+0001
 BYTE_TOKENS = [f"<0x{byte:02X}>" for byte in range(256)]  # metaspace's byte fallback, in byte order
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-F]{2})>")
-_ALPHABET_LIMIT = 1000  # metaspace BPE: the most frequent characters that are symbols; the rest are bytes
+_ALPHABET_LIMIT = 1000  # metaspace: the most frequent characters that are symbols; the rest are bytes
+_REPEATS = 4096  # unigram training: the copies of a counted word in one string handed to the trainer
 _FALLBACK_SCORE = -1e9  # a unigram score no segmentation of ordinary text prefers: see `_metaspace_unigram`
 
 # C0/C1 control characters that are not whitespace (those are collapsed separately), and the byte-order mark.
@@ -68,6 +71,40 @@ def normalize_text(text: str) -> str:
     """
     text = unicodedata.normalize("NFC", _CONTROL.sub("", text))
     return " ".join(text.split())
+
+
+def why_not_a_tag(text: str) -> str | None:
+    """Why `text` cannot be a corpus tag (`data.sources[i].tag`), said as the end of a sentence that names it and
+    what to do instead; None if it can be one.
+
+    A tag is a special token that the vocabulary holds whole and decoding drops, read as such only at the start
+    of a line and before a space (`Tokenizer.encode`). So it must be one word that `normalize_text` leaves as it
+    is, or a line that starts with it would not start with it once normalized. And it must spell nothing the
+    vocabulary already uses, or that use would become the tag: every "A" of the text would vanish with a tag
+    "A" (a character is a symbol of the alphabet in both styles), every space with a tag "▁", and a tag
+    "<0x41>" would take the byte token's place in a metaspace vocabulary, leaving an id no embedding has. So
+    are refused: the four fixed special tokens; the spelling of a byte token, in both styles and in either
+    case (Hugging Face's byte-fallback decoder reads lower-case hex digits too); a single character; and any
+    tag holding a word mark ("▁", "Ġ"), with which the pieces of text of either style spell a space.
+    """
+    if text.split() != [text]:
+        return "must be one word without spaces, e.g. <bt>"
+    if (normalized := normalize_text(text)) != text:
+        return (f"becomes {normalized!r} when mtx normalizes a line (NFC, control characters removed), so a line "
+                "starting with it would not start with it any more: write it in NFC without control characters, "
+                "e.g. <bt>")
+    if text in SPECIAL_TOKENS:
+        return f"is one of mtx's own special tokens ({', '.join(SPECIAL_TOKENS)}): choose another, e.g. <bt>"
+    if re.fullmatch(_BYTE_TOKEN.pattern, text, re.IGNORECASE):
+        return ("spells a byte token (<0x00> … <0xFF>, how a metaspace vocabulary spells the bytes of a character "
+                "it has no piece for): choose another, e.g. <bt>")
+    if mark := next((mark for mark in (METASPACE, BYTE_LEVEL_SPACE) if mark in text), None):
+        return (f"holds {mark!r}, the word mark with which the vocabulary's own pieces spell a space: choose a tag "
+                "without it, e.g. <bt>")
+    if len(text) == 1:
+        return ("is a single character, a symbol of the vocabulary's own alphabet, which would become the tag "
+                "wherever the text holds it: choose a longer tag, e.g. <bt>")
+    return None
 
 
 def byte_level_spelling() -> dict[str, int]:
@@ -117,7 +154,9 @@ def word_of_each_piece(pieces: list[str]) -> list[int | None]:
 
 
 def _bytelevel_bpe(lines: Iterable[str], vocab_size: int, min_frequency: int, specials: list[str]) -> HfTokenizer:
-    """GPT-2's byte-level BPE, as every mtx before vocabulary styles learnt it: their checkpoints hold this."""
+    """GPT-2's byte-level BPE, as every mtx before vocabulary styles learnt it: their checkpoints hold this. A
+    merge whose result spells a tag is dropped, with every merge built on it (`_without_reserved`); no merge of
+    a corpus without such words is, and its vocabulary is the one mtx always learnt."""
     hf = HfTokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK]))
     hf.normalizer = normalizers.Prepend(" ")
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -125,7 +164,37 @@ def _bytelevel_bpe(lines: Iterable[str], vocab_size: int, min_frequency: int, sp
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     hf.train_from_iterator(lines, trainer)
-    return hf
+    spec = json.loads(hf.to_str())
+    tokens, merges = _without_reserved(spec["model"], specials, set(specials))
+    spec["model"].update(vocab={t: i for i, t in enumerate([*specials, *tokens])}, merges=merges)
+    return HfTokenizer.from_str(json.dumps(spec))
+
+
+def _without_reserved(model: dict, specials: list[str], reserved: set[str]) -> tuple[list[str], list[list[str]]]:
+    """The learnt tokens of a trained BPE `model` (its vocabulary after the specials, in id order) and its merges,
+    less every merge whose result spells a `reserved` token and every merge built on one.
+
+    Hugging Face's trainer gives a merge that spells a special token (a tag "og", or "Ġdog" in a byte-level
+    vocabulary) that token's own id, so the text it spells would vanish as the special token when decoded; one
+    that spells a byte token would decode as that byte. Without those merges, the text is spelled by the
+    pieces they were made of."""
+    reserved, merges = set(reserved), []
+    for left, right in model["merges"]:
+        if left in reserved or right in reserved or left + right in reserved:
+            reserved.add(left + right)
+        else:
+            merges.append([left, right])
+    tokens = [t for t, _ in sorted(model["vocab"].items(), key=lambda item: item[1])[len(specials):]
+              if t not in reserved]
+    return tokens, merges
+
+
+def _alphabet_limit(pieces: int) -> int:
+    """How many of the text's characters, the most frequent, a metaspace vocabulary of `pieces` learnt pieces
+    (besides its specials and byte tokens) holds as pieces of their own: `_ALPHABET_LIMIT`, or half the pieces
+    in a small vocabulary, so that room is left for pieces longer than a character. The others are spelled by
+    their bytes."""
+    return min(_ALPHABET_LIMIT, max(1, pieces // 2))
 
 
 def _metaspace(hf: HfTokenizer) -> HfTokenizer:
@@ -140,44 +209,99 @@ def _metaspace(hf: HfTokenizer) -> HfTokenizer:
 
 
 def _metaspace_bpe(lines: Iterable[str], vocab_size: int, min_frequency: int, specials: list[str]) -> HfTokenizer:
-    """Characters as the initial alphabet (the most frequent `_ALPHABET_LIMIT`, or fewer in a small vocabulary),
-    merges learnt over them, then the byte tokens put after the specials and every learnt token's id moved up.
-    A merge whose result spells a special or byte token is dropped, with every merge built on it: such a token
-    would decode as a byte, or not at all."""
+    """Characters as the initial alphabet (the most frequent, `_alphabet_limit`), merges learnt over them, then the
+    byte tokens put after the specials and every learnt token's id moved up. A merge whose result spells a
+    special or byte token is dropped, with every merge built on it (`_without_reserved`)."""
     learnt = vocab_size - len(BYTE_TOKENS)  # the trainer counts the specials in its size
     trainer = trainers.BpeTrainer(vocab_size=learnt, min_frequency=min_frequency, special_tokens=specials,
-                                  limit_alphabet=min(_ALPHABET_LIMIT, max(1, (learnt - len(specials)) // 2)),
-                                  show_progress=False)
+                                  limit_alphabet=_alphabet_limit(learnt - len(specials)), show_progress=False)
     hf = _metaspace(HfTokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK])))
     hf.train_from_iterator(lines, trainer)
     spec = json.loads(hf.to_str())
-    reserved, merges = {*specials, *BYTE_TOKENS}, []
-    for left, right in spec["model"]["merges"]:
-        if left in reserved or right in reserved or left + right in reserved:
-            reserved.add(left + right)
-        else:
-            merges.append([left, right])
-    tokens = [t for t, _ in sorted(spec["model"]["vocab"].items(), key=lambda item: item[1])[len(specials):]
-              if t not in reserved]
+    tokens, merges = _without_reserved(spec["model"], specials, {*specials, *BYTE_TOKENS})
     spec["model"].update(vocab={t: i for i, t in enumerate([*specials, *BYTE_TOKENS, *tokens])}, merges=merges,
                          byte_fallback=True)
     return HfTokenizer.from_str(json.dumps(spec))
 
 
+def _metaspace_words(lines: Iterable[str]) -> Counter[str]:
+    """How often each word of `lines` occurs, the words cut as the metaspace normalizer and pre-tokenizer cut
+    them (`Tokenizer.words`): a literal "▁" made the stand-in, then each space a "▁" that starts the word after
+    it, and one put before the first word of a line that does not start with a space."""
+    counts: Counter[str] = Counter()
+    for line in lines:
+        if line:
+            text = line.replace(METASPACE, _METASPACE_STAND_IN)
+            counts.update((text[1:] if text[0] == " " else text).split(" "))
+    return Counter({METASPACE + word: count for word, count in counts.items()})
+
+
+def _unigram_required(specials: list[str]) -> set[str]:
+    """The characters a unigram vocabulary with `specials` holds as pieces whatever its text: the word mark, which
+    starts every word, and every character that the special and byte tokens are spelt with (why: see
+    `_metaspace_unigram`)."""
+    return {METASPACE} | {character for token in [*specials, *BYTE_TOKENS] for character in token}
+
+
+def smallest_vocab_size(style: str, model: str, tags: Iterable[str] = ()) -> int:
+    """The fewest tokens a vocabulary of `style` and `model` with `tags` can be learnt with: its special tokens
+    and 256 tokens for bytes (the byte-level alphabet; metaspace's byte tokens); for metaspace, at least one
+    piece more (`_alphabet_limit`), and for unigram every character it must hold besides
+    (`_unigram_required`, `_unigram_alphabet`). With fewer, the trainer fails or makes a larger vocabulary than
+    asked for."""
+    specials = [*SPECIAL_TOKENS, *tags]
+    if style == "bytelevel":
+        return len(specials) + 256
+    required = _unigram_required(specials) if model == "unigram" else set()
+    return len(specials) + len(BYTE_TOKENS) + len(required) + 1
+
+
+def _unigram_alphabet(characters: Counter[str], required: set[str], pieces: int) -> set[str]:
+    """The characters that are pieces of a unigram vocabulary of `pieces` learnt pieces: the `required` ones, and
+    the text's most frequent as a metaspace BPE keeps them (`_alphabet_limit`), as many as fit beside them with
+    one piece to spare: Hugging Face's trainer stops adding pieces at the vocabulary's size only when it reaches
+    that size from below, and would add every piece it found to an alphabet that fills the vocabulary."""
+    frequent = [character for character, _ in characters.most_common(_alphabet_limit(pieces))]
+    room = max(0, pieces - 1 - len(required))
+    return required | set([character for character in frequent if character not in required][:room])
+
+
+def _repeated(words: Counter[str], cuts: dict[int, str]) -> Iterator[str]:
+    """Text in which a split at spaces finds each of `words` as often as it is counted, cut into the parts between
+    the characters that `cuts` maps to a space (a word of those alone is no part at all)."""
+    for word, count in words.items():
+        word = word.translate(cuts)
+        for start in range(0, count, _REPEATS):
+            yield " ".join([word] * min(_REPEATS, count - start))
+
+
 def _metaspace_unigram(lines: Iterable[str], vocab_size: int, specials: list[str]) -> HfTokenizer:
     """A unigram language model over pieces (SentencePiece's default), then the byte tokens after the specials.
 
+    Hugging Face's unigram trainer makes every character of its input a piece, and fails when they do not fit
+    the vocabulary, yet byte fallback spells a character the vocabulary lacks. So the words are counted here
+    (`_metaspace_words`, what the trainer would count), only the most frequent characters kept
+    (`_unigram_alphabet`: SentencePiece's character coverage), and the trainer handed the counted words cut at
+    every other character: no piece holds one, and the text spells it by its bytes.
+
     A unigram model matches pieces against the text, special and byte tokens included, so "<s>" typed by a user
     could become BOS. Those tokens get a score no segmentation of ordinary text prefers, and every character of
-    their spelling is in the initial alphabet, so spelling them as ordinary pieces always scores higher."""
-    alphabet = sorted({character for token in [*specials, *BYTE_TOKENS] for character in token})
-    trainer = trainers.UnigramTrainer(vocab_size=vocab_size - len(BYTE_TOKENS), special_tokens=specials,
-                                      unk_token=SPECIAL_TOKENS[UNK], initial_alphabet=alphabet,
-                                      max_piece_length=16, show_progress=False)
-    hf = _metaspace(HfTokenizer(models.Unigram()))
-    hf.train_from_iterator(lines, trainer)
-    spec = json.loads(hf.to_str())
+    their spelling is in the alphabet, so spelling them as ordinary pieces always scores higher."""
+    learnt = vocab_size - len(BYTE_TOKENS)  # the trainer counts the specials in its size
+    words = _metaspace_words(lines)
+    characters: Counter[str] = Counter()
+    for word, count in words.items():
+        for character in word:
+            characters[character] += count
     reserved = [*specials, *BYTE_TOKENS]
+    required = _unigram_required(specials)
+    alphabet = _unigram_alphabet(characters, required, learnt - len(specials))
+    trainer = trainers.UnigramTrainer(vocab_size=learnt, special_tokens=specials, unk_token=SPECIAL_TOKENS[UNK],
+                                      initial_alphabet=sorted(required), max_piece_length=16, show_progress=False)
+    hf = HfTokenizer(models.Unigram())
+    hf.pre_tokenizer = pre_tokenizers.Split(" ", "removed")  # the words as `_repeated` spells them
+    hf.train_from_iterator(_repeated(words, {ord(c): " " for c in characters if c not in alphabet}), trainer)
+    spec = json.loads(_metaspace(hf).to_str())
     taken = set(reserved)
     pieces = [piece for piece in spec["model"]["vocab"][len(specials):] if piece[0] not in taken]
     spec["model"].update(vocab=[[token, _FALLBACK_SCORE] for token in reserved] + pieces, byte_fallback=True)
@@ -196,8 +320,11 @@ class Tokenizer:
               style: str = "metaspace", model: str = "bpe") -> Tokenizer:
         """Learn a vocabulary of `vocab_size` tokens, specials (and byte tokens) included, from `lines`
         (streamed: only word counts are held in memory); `tags` become special tokens after the fixed four, in
-        their order. `min_frequency` applies to BPE merges."""
+        their order, each one that `why_not_a_tag` accepts. `min_frequency` applies to BPE merges."""
         specials = [*SPECIAL_TOKENS, *tags]
+        for tag in specials[len(SPECIAL_TOKENS):]:
+            if (problem := why_not_a_tag(tag)) is not None:
+                raise ValueError(f"The tag {tag!r} {problem}.")
         if style == "bytelevel":
             return cls(_bytelevel_bpe(lines, vocab_size, min_frequency, specials))
         if model == "bpe":
@@ -283,7 +410,7 @@ class Tokenizer:
     @property
     def word_mark(self) -> str:
         """The character that starts a word's first token: a subword never spans one."""
-        return METASPACE if self.style == "metaspace" else "Ġ"
+        return METASPACE if self.style == "metaspace" else BYTE_LEVEL_SPACE
 
     def words(self, text: str) -> list[str]:
         """The words BPE segments `text` into, in its symbols' spelling: what this tokenizer's normalizer and

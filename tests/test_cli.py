@@ -12,10 +12,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mtx import cli
-from mtx.errors import MtxError
+from mtx.errors import MtxError, is_out_of_memory
 
 REFERENCES = ["Der Hund bellt laut im Garten.", "Die Katze schläft auf dem Sofa."]
 
@@ -151,6 +152,26 @@ def test_running_out_of_memory_is_a_user_error_unless_debug(mtx, monkeypatch: py
     assert "--batch-tokens" in result.err
     with pytest.raises(RuntimeError, match="DefaultCPUAllocator"):
         mtx("--debug", "score", "-r", texts["ref"], "-i", texts["hyp"])
+
+
+def test_python_and_numpy_memory_errors_are_out_of_memory(mtx, monkeypatch: pytest.MonkeyPatch,
+                                                         texts: dict[str, Path]) -> None:
+    """numpy's failed allocation is an _ArrayMemoryError, a MemoryError: out of memory as PyTorch's are, a
+    message about the host's memory (data, not batches) and exit 1, never a traceback."""
+    with pytest.raises(MemoryError) as numpy_error:
+        np.empty(2**50, dtype=np.uint8)  # a pebibyte: more than any address space holds
+    assert is_out_of_memory(numpy_error.value) and is_out_of_memory(MemoryError())
+    assert not is_out_of_memory(ValueError("out of memory"))
+
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise numpy_error.value
+
+    monkeypatch.setattr("mtx.score.command.score_files", out_of_memory)
+    result = mtx("score", "-r", texts["ref"], "-i", texts["hyp"])
+    message = " ".join(result.err.split())
+    assert result.code == 1 and "Traceback" not in result.err
+    assert message.startswith("error: Out of memory (Unable to allocate 1.00 PiB"), message
+    assert "data.sources' weights" in message and "data.bpe.max_lines" in message
 
 
 @pytest.mark.parametrize("folder", ["runs[old]", "runs[/b]", "runs:thumbs_up:"])

@@ -211,17 +211,54 @@ def test_config_keys_lists_every_key_and_a_recipes_own_values(tmp_path: Path) ->
     assert listed.stdout == format_keys(all_keys())
     for k in all_keys():
         assert (f"# {k.key}: " if k.section else f"{k.key}  (") in listed.stdout, k.key
-    assert "train.max_tokens  (an integer; default 4096)\n    Padded token slots per GPU" in listed.stdout
+    assert "train.max_tokens  (an integer, at least 1; default 4096)\n    Padded token slots per GPU" in listed.stdout
+    assert "decode.topp  (a number, in (0, 1]; default 1.0)\n" in listed.stdout  # the range the checks enforce
 
     mine = run_mtx("config", str(write(tmp_path, GOOD)), "--keys", "--set", "train.lr=0.002")
     assert mine.returncode == 0, mine.stderr
-    assert "train.lr  (a number; default 7.0e-04)  — this recipe: 0.002\n" in mine.stdout
-    assert "train.max_steps  (an integer; default 100000)  — this recipe: 10\n" in mine.stdout
-    assert "train.warmup  (an integer; default 4000)\n" in mine.stdout  # the default: nothing to mark
-    assert "model.d_model  (an integer or null; default (the preset's))  — this recipe: 256\n" in mine.stdout
+    assert "train.lr  (a number, positive; default 7.0e-04)  — this recipe: 0.002\n" in mine.stdout
+    assert "train.max_steps  (an integer, at least 1; default 100000)  — this recipe: 10\n" in mine.stdout
+    assert "train.warmup  (an integer, at least 0; default 4000)\n" in mine.stdout  # the default: nothing to mark
+    assert ("model.d_model  (an integer or null, at least 1; default (the preset's))  — this recipe: 256\n"
+            in mine.stdout)
     assert "data.source.hf.path  (a string; required)\n" in mine.stdout  # no hf source: no value
 
 
 def test_config_without_a_recipe_or_keys_is_a_usage_error() -> None:
     result = run_mtx("config")
     assert result.returncode == 2 and "Missing argument 'RECIPE.yaml'" in result.stderr
+
+
+def test_bounds_say_their_rule_in_words_and_as_json_schema() -> None:
+    """One declaration per field is the check, the words of `mtx config --keys` and the server's schema."""
+    from mtx.config.fields import Bounds
+
+    cases = [
+        (Bounds(1), "at least 1", {"minimum": 1}, [1, 10**400], [0, -1]),
+        (Bounds(0, low_open=True), "positive", {"exclusiveMinimum": 0}, [5e-324, 1e308], [0.0, -1e-300]),
+        (Bounds(0, 1, low_open=True), "in (0, 1]", {"exclusiveMinimum": 0, "maximum": 1}, [1e-300, 1.0], [0.0, 1.1]),
+        (Bounds(0, 1, high_open=True), "in [0, 1)", {"minimum": 0, "exclusiveMaximum": 1}, [0.0], [1.0]),
+        (Bounds(high=3, high_open=True), "less than 3", {"exclusiveMaximum": 3}, [-10**30, 2.999], [3]),
+    ]
+    for bounds, words, schema, inside, outside in cases:
+        assert bounds.phrase() == words and bounds.json_schema() == schema
+        assert all(bounds.holds(v) for v in inside) and not any(bounds.holds(v) for v in outside), words
+    assert Bounds(0, note="0 disables it").phrase() == "at least 0 (0 disables it)"
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("train.lr=.inf", "train.lr = inf must be a finite number"),
+    ("train.label_smoothing=.nan", "train.label_smoothing = nan must be a finite number"),
+    ("decode.max_len_a=-.inf", "decode.max_len_a = -inf must be a finite number"),
+    ("train.save_every_minutes=0", "train.save_every_minutes = 0.0 must be positive (or null)"),
+    ("train.weight_decay=-0.1", "train.weight_decay = -0.1 must be at least 0"),
+    ("decode.lenpen=300", "decode.lenpen = 300.0 must be in [0, 10]"),
+    ("data.filter.max_ratio=-1", "data.filter.max_ratio = -1.0 must be at least 0 (0 disables it)"),
+    ("data.source.demo.pairs=0", "data.source.demo.pairs = 0 must be at least 1"),
+    ("train.max_time='1" + "0" * 400 + "s'", "train.max_time = '1000"),
+])
+def test_non_finite_and_out_of_range_numbers_are_refused_naming_the_key(tmp_path: Path, override: str,
+                                                                       message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_recipe(write(tmp_path, GOOD), [override])
+    assert message in str(caught.value)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from mtx.data.prepared import load_split
 from mtx.data.vocabulary import CHECKPOINT_FORMAT
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
-from mtx.tokenizer import Tokenizer
+from mtx.tokenizer import BYTE_LEVEL_SPACE, BYTE_TOKENS, METASPACE, SPECIAL_TOKENS, Tokenizer, why_not_a_tag
 from mtx.train.run_data import check_data_matches_recipe, training_batches
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
@@ -166,6 +168,29 @@ def test_weights_repeat_a_corpus_in_every_epoch_and_need_no_new_data(two_corpora
     assert sorted(int(i) for batch in unweighted for i in batch) == [0, 1, 2, 3] and said == []
 
 
+def test_a_weight_that_no_memory_holds_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`mtx train` with a weight that makes an epoch of two trillion pairs: before, numpy's allocation of its
+    index failed with a traceback (_ArrayMemoryError); now the weight is refused before any memory is taken,
+    naming the key, the epoch it makes and what to do."""
+    from mtx import cli
+
+    _write_corpora(tmp_path)
+    path = _recipe(tmp_path, _two_corpora(tmp_path, bt_weight=10**12), train={"device": "cpu"})
+    monkeypatch.setitem(cli._state, "debug", False)
+    for command in ("prepare", "train"):
+        monkeypatch.setattr(sys, "argv", ["mtx", command, str(path)])
+        with pytest.raises(SystemExit) as exited:
+            cli.main()
+        err = " ".join(capsys.readouterr().err.split())
+        assert exited.value.code == (0 if command == "prepare" else 1), err
+    assert "Traceback" not in err
+    assert err.startswith("error: data.sources[1].weight = 1,000,000,000,000 makes an epoch of "
+                          "2,000,000,000,002 training pairs (news 2 × 1, bt 2 × 1,000,000,000,000), more than the "
+                          "1,000,000,000 an epoch may hold"), err
+    assert "Lower that weight" in err
+
+
 def test_data_of_other_corpora_or_tags_is_refused_by_the_trainer(two_corpora) -> None:
     tmp_path, manifest = two_corpora
     retagged = load_recipe(_recipe(tmp_path, _two_corpora(tmp_path, bt_tag="<back>"), name="retagged.yaml"))
@@ -276,7 +301,17 @@ DEMO = {"demo": {"pairs": 10}}
     ({"sources": [DEMO, {**DEMO, "tag": "<b t>"}]}, "data.sources[1].tag", "must be one word"),
     ({"sources": [{**DEMO, "tag": ""}]}, "data.sources[0].tag", "must be one word"),
     ({"sources": [{**DEMO, "tag": "</s>"}]}, "data.sources[0].tag", "is one of mtx's own special tokens"),
+    ({"sources": [DEMO, {**DEMO, "tag": "<0x41>"}]}, "data.sources[1].tag", "spells a byte token"),
+    ({"sources": [{**DEMO, "tag": "<0xe9>"}]}, "data.sources[0].tag", "spells a byte token"),
+    ({"sources": [{**DEMO, "tag": "▁"}]}, "data.sources[0].tag", "holds '▁', the word mark"),
+    ({"sources": [{**DEMO, "tag": "<bt▁>"}]}, "data.sources[0].tag", "holds '▁', the word mark"),
+    ({"sources": [{**DEMO, "tag": "Ġbt"}]}, "data.sources[0].tag", "holds 'Ġ', the word mark"),
+    ({"sources": [{**DEMO, "tag": "A"}]}, "data.sources[0].tag", "is a single character"),
+    ({"sources": [{**DEMO, "tag": "\x01bt"}]}, "data.sources[0].tag", "becomes 'bt' when mtx normalizes a line"),
     ({"sources": [{"tag": "<bt>"}]}, "data.sources[0]", "must name exactly one of hf, files, tsv, demo"),
+    ({"sources": [{**DEMO, "tag": f"<t{letter}>"} for letter in "ABCDEFGHIJKLMNOP"],
+      "bpe": {"vocab_size": 300, "model": "unigram"}}, "data.bpe.vocab_size",
+     "is too small for the 16 tags of data.sources: a metaspace unigram vocabulary with them needs at least 316"),
     ({"sources": [{**DEMO, "wieght": 2}]}, "data.sources[0].wieght", "did you mean data.sources[0].weight?"),
     ({"sources": []}, "data.sources", "must list at least one corpus"),
     ({"source": DEMO, "sources": [DEMO]}, "data.source and data.sources", "are both set"),
@@ -287,6 +322,27 @@ def test_bad_corpora_are_refused_naming_the_key(tmp_path: Path, data: dict, key:
     with pytest.raises(ConfigError) as error:
         _load_data(tmp_path, data)
     assert key in str(error.value) and what in str(error.value), str(error.value)
+
+
+def test_corpora_may_share_a_tag_that_is_no_piece_of_the_vocabulary(tmp_path: Path) -> None:
+    """Several back-translated corpora may all be tagged <bt>: one special token. Every piece the vocabulary
+    reserves for itself is refused as a tag, each of the 256 byte tokens included."""
+    data = _load_data(tmp_path, {"sources": [DEMO, {**DEMO, "tag": "<bt>"}, {**DEMO, "tag": "<bt>"}]}).data
+    assert data.tags == ["<bt>"]
+    reserved = [*SPECIAL_TOKENS, *BYTE_TOKENS, METASPACE, BYTE_LEVEL_SPACE, "\x01"]
+    assert all(why_not_a_tag(piece) is not None for piece in reserved)
+    assert all(why_not_a_tag(tag) is None for tag in ("<bt>", "<2de>", "<medical>", "bt", "Ä-Ä"))
+
+
+def test_a_reserved_tag_stops_prepare_before_any_work(tmp_path: Path) -> None:
+    """What a user's shell gets for a tag that spells a byte token: exit 1, one message naming the key, no
+    traceback, no run folder (before, prepare went on, the text lost its "A"s and training crashed)."""
+    path = _recipe(tmp_path, {"sources": [DEMO, {**DEMO, "tag": "<0x41>"}]})
+    done = subprocess.run([sys.executable, "-m", "mtx", "prepare", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "data.sources[1].tag = '<0x41>' spells a byte token" in " ".join(done.stderr.split())
+    assert not (tmp_path / "run").exists()
 
 
 def test_corpus_names_are_derived_from_their_sources(tmp_path: Path) -> None:

@@ -57,13 +57,13 @@ def test_draws_follow_the_distribution_and_the_filters() -> None:
     u = uniforms(1, torch.arange(20000), torch.zeros(20000, dtype=torch.long), 0)
     counts = torch.bincount(draw(log_probs, u), minlength=5) / 20000
     torch.testing.assert_close(counts, probs, atol=0.015, rtol=0)
-    kept = filtered(probs.log().unsqueeze(0), 1.0, 2, 1.0).exp()  # top-2, renormalised
+    kept = filtered(probs.log().unsqueeze(0), 1.0, 2, 1.0).exp().float()  # top-2, renormalised
     torch.testing.assert_close(kept, torch.tensor([[0.625, 0.375, 0, 0, 0]]))
-    nucleus = filtered(probs.log().unsqueeze(0), 1.0, 0, 0.7).exp()  # 0.5 is short of 0.7, 0.5 + 0.3 is not
+    nucleus = filtered(probs.log().unsqueeze(0), 1.0, 0, 0.7).exp().float()  # 0.5 is short of 0.7, 0.5 + 0.3 is not
     torch.testing.assert_close(nucleus, torch.tensor([[0.625, 0.375, 0, 0, 0]]))
-    wider = filtered(probs.log().unsqueeze(0), 1.0, 0, 0.85).exp()[0]  # 0.8 is short of 0.85: one more
+    wider = filtered(probs.log().unsqueeze(0), 1.0, 0, 0.85).exp()[0].float()  # 0.8 is short of 0.85: one more
     torch.testing.assert_close(wider, torch.tensor([0.5, 0.3, 0.15, 0, 0]) / 0.95)
-    hot = filtered(probs.log().unsqueeze(0), 2.0, 0, 1.0).exp()[0]
+    hot = filtered(probs.log().unsqueeze(0), 2.0, 0, 1.0).exp()[0].float()
     torch.testing.assert_close(hot[:4], probs[:4].sqrt() / probs[:4].sqrt().sum())
 
 
@@ -201,6 +201,71 @@ def test_companion_files_must_match_the_input_line_for_line(copying: dict, tmp_p
     with pytest.raises(MtxError, match=r"--prefix, line 1: the prefix has \d+ tokens, more than the \d+"):
         Translator(copying["model"], copying["tokenizer"]).translate(copying["held_out"][:1],
                                                                      prefixes=["red " * 80])
+
+
+@pytest.mark.parametrize("flags", [
+    ("--sampling", "--temperature", "1e-300"),  # float32 would make it 0: every score NaN, no sample ever ended
+    ("--sampling", "--temperature", "5e-324"),  # the smallest positive float: still the most probable token
+    ("--sampling", "--topp", "1e-300"),  # float32 would make it 0 and drop every token
+    ("--sampling", "--topk", "1", "--temperature", "1e300"),  # float32 would make it infinite: NaN again
+])
+def test_sampling_at_its_extremes_is_greedy_search(copying: dict, flags: tuple[str, ...]) -> None:
+    """As T → 0 or p → 0 a draw becomes the most probable token; every such value is a greedy translation."""
+    assert run(copying, *flags) == run(copying, "--beam", "1")
+
+
+def test_any_finite_length_limit_or_temperature_decodes(copying: dict) -> None:
+    """Output limits past the model's positions, in floating point (a · n infinite) or as integers beyond float's
+    range, are the positions' limit; a huge temperature draws from a flat distribution, a line in any file."""
+    default = run(copying)
+    assert run(copying, "--max-len-a", "1e308") == default
+    assert run(copying, "--max-len-b", str(10**400)) == default
+    assert run(copying, "--max-len-a", "1.7976931348623157e308", "--max-len-b", "1") == default
+    flat = run(copying, "--sampling", "--temperature", "1e300", "--max-len-b", "3", "--max-len-a", "0")
+    assert len(flat) == len(copying["held_out"])
+    assert all(len(line.split()) <= 3 for line in flat)
+
+
+def test_a_line_index_beyond_64_bits_samples_as_its_index_modulo_2_to_the_32(copying: dict) -> None:
+    offset = 10**20
+    flags = ("--sampling", "--temperature", "2", "--seed", "3")
+    assert run(copying, *flags, "--line-offset", str(offset)) == run(copying, *flags, "--line-offset",
+                                                                     str(offset % 2**32))
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--lenpen", "11"), "--lenpen 11.0 must be in [0, 10]"),
+    (("--lenpen", "1000", "--lenpen-style", "fairseq"), "--lenpen 1000.0 must be in [0, 10]"),
+    (("--lenpen", "inf"), "--lenpen inf must be a finite number"),
+    (("--max-len-a", "inf"), "--max-len-a inf must be a finite number"),
+    (("--max-len-a", "nan"), "--max-len-a nan must be a finite number"),
+    (("--sampling", "--temperature", "inf"), "--temperature inf must be a finite number"),
+    (("--sampling", "--topp", "nan"), "--topp nan must be a finite number"),
+])
+def test_non_finite_and_out_of_range_floats_are_refused_naming_the_flag(copying: dict, flags: tuple[str, ...],
+                                                                         message: str) -> None:
+    result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), *flags])
+    assert result.exit_code == 1 and message in str(result.exception), result.exception
+
+
+def test_the_largest_length_penalty_decodes_in_either_style(copying: dict) -> None:
+    """At α = 10 lp stays within float32's range for any output the model can produce: every line decodes."""
+    for style in ("gnmt", "fairseq"):
+        lines = run(copying, "--lenpen", "10", "--lenpen-style", style)
+        assert len(lines) == len(copying["held_out"]) and lines == copying["held_out"]
+
+
+def test_a_reference_longer_than_the_positions_is_refused_naming_its_line(copying: dict, tmp_path: Path) -> None:
+    """Scoring only the part that fits would print another text's score as the reference's."""
+    references = tmp_path / "references.txt"
+    lines = list(copying["held_out"])
+    lines[3] = "red green " * 200
+    references.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    result, out = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]),
+                                 "--score-reference", str(references)])
+    assert result.exit_code == 1 and out == []
+    assert "--score-reference, line 4: the translation is" in str(result.exception)
+    assert "the model reads at most 63" in str(result.exception)
 
 
 # ---- no repeated n-grams, and flags on doubtful output

@@ -221,6 +221,14 @@ def test_min_bleu_gate_passes_at_the_bleu_and_fails_just_above_it(files: dict[st
     assert b"Traceback" not in above_bleu.stderr
 
 
+@pytest.mark.parametrize("gate", ["nan", "-1", "100.5", "inf"])
+def test_a_min_bleu_that_is_no_bleu_score_is_refused_before_scoring(files: dict[str, Path], gate: str) -> None:
+    """A gate of NaN would let every BLEU through (no comparison with NaN is true): CI would never fail."""
+    result = mtx_score("-r", files["ref"], "-i", files["hyp"], "--min-bleu", gate)
+    assert result.returncode == 1 and b"is not a BLEU score: give one between 0 and 100" in result.stderr
+    assert result.stdout == b"" and b"Traceback" not in result.stderr
+
+
 def test_min_bleu_gates_the_paper_bleu_with_paper_bleu(files: dict[str, Path]) -> None:
     """With --paper-bleu the gate reads the paper's tokenized BLEU, which is above sacreBLEU's here: a gate
     at exactly the paper's BLEU passes, where one that read sacreBLEU's BLEU (or failed on equality) would

@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import json
 import random
+import re
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import pre_tokenizers
 
-from mtx.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, byte_level_spelling, normalize_text
+from mtx.tokenizer import (
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    Tokenizer,
+    _metaspace_words,
+    byte_level_spelling,
+    normalize_text,
+    smallest_vocab_size,
+)
 
 CORPUS = [
     "Der Mann sieht den Hund im Park.",
@@ -134,6 +146,55 @@ def test_merges_that_spell_a_reserved_token_are_dropped() -> None:
     merges = json.loads(tokenizer.to_str())["model"]["merges"]
     assert all("".join(merge) not in ("<0x41>", "</s>", "<bt>") for merge in merges)
     assert tokenizer.decode(tokenizer.encode(lines[0])) == lines[0]
+
+
+def test_a_tag_that_merges_would_spell_keeps_the_text_it_spells() -> None:
+    """A tag "og" in a corpus of dogs and hogs: a byte-level merge o + g spelt the tag, took its id, and "hog"
+    decoded as "h". Such merges are dropped in every style, and a tag that is one of the vocabulary's own pieces
+    (`why_not_a_tag`) is refused."""
+    lines = ["dogs dogged hogs logs", "the dog and the hog"] * 30
+    for style, model in STYLES:
+        tokenizer = Tokenizer.train(lines, vocab_size=400, min_frequency=1, tags=["og"], style=style, model=model)
+        assert all(tokenizer.decode(tokenizer.encode(line)) == line for line in [*lines, "a hog", "dog og"])
+    for tag in ("<0x41>", "▁", "e", "</s>"):
+        with pytest.raises(ValueError, match=f"The tag {re.escape(repr(tag))} "):
+            Tokenizer.train(lines, vocab_size=400, tags=[tag])
+
+
+def test_metaspace_words_are_those_of_the_pre_tokenizer() -> None:
+    """The unigram vocabulary is learnt on words counted in Python (`_metaspace_words`); they must be the words
+    Hugging Face's metaspace pre-tokenizer cuts, or the pieces would be learnt on other text."""
+    lines = ["Der Mann sieht.", "", " ", "a  b", " leading", "trailing ", "  two", "x▁y ▁", "tab\tand\u00a0nbsp"]
+    metaspace = Tokenizer.train(CORPUS * 20, vocab_size=400, style="metaspace", model="unigram")
+    for line in lines:
+        assert _metaspace_words([line]) == Counter(metaspace.words(line)), line
+    assert _metaspace_words(lines) == sum((Counter(metaspace.words(line)) for line in lines), Counter())
+
+
+@pytest.mark.parametrize("model", ["bpe", "unigram"])
+def test_the_smallest_metaspace_vocabulary_learns_text_of_many_characters(model: str) -> None:
+    """At vocab_size 300, the least `mtx config` accepts, a metaspace vocabulary has room for 39 pieces beside
+    its 256 byte tokens, 4 special tokens and a tag, and the text below holds over 400 distinct characters.
+    Hugging Face's unigram trainer failed on it ("The vocabulary is not large enough to contain all chars"); now
+    only the most frequent characters are pieces, the others spelled by their bytes, and every sentence
+    round-trips. With 26 tags, `smallest_vocab_size` (what a recipe's data.bpe.vocab_size must reach) is enough."""
+    rng = random.Random(7)
+    rare = [chr(0x4E00 + i) for i in range(300)] + [chr(c) for c in range(0xC0, 0x180)]
+    words = ["das", "Haus", "ist", "rot", "und", "the", "house", "red"]
+    lines = [" ".join(rng.choice(words) + "".join(rng.choices(rare, k=rng.randint(0, 2))) for _ in range(8))
+             for _ in range(400)]
+    assert len(set("".join(lines))) > 400
+    tokenizer = Tokenizer.train(lines, vocab_size=300, tags=["<bt>"], style="metaspace", model=model)
+    assert tokenizer.vocab_size <= 300
+    assert tokenizer._hf.token_to_id("a") is not None  # a frequent character is a piece of its own
+    probe = [*lines, "".join(rare), "<bt> das Haus", "▁ <0x41> </s>"]
+    assert [tokenizer.decode(tokenizer.encode(line)) for line in probe] == [*lines, "".join(rare), "das Haus",
+                                                                           "▁ <0x41> </s>"]
+    tags = [f"<t{letter}{i}>" for i, letter in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZ")]
+    smallest = smallest_vocab_size("metaspace", model, tags)
+    tagged = Tokenizer.train(lines, vocab_size=smallest, tags=tags, style="metaspace", model=model)
+    assert tagged.vocab_size <= smallest and tagged.tags == tags
+    assert all(tagged.decode(tagged.encode(line)) == line for line in lines)
 
 
 def test_learns_subwords_for_frequent_words(tokenizer: Tokenizer) -> None:

@@ -279,7 +279,7 @@ def test_int8_quantizes_the_output_projection_too(trained: dict) -> None:
     (["--dtype", "int4"], "--dtype 'int4' is not one of auto, fp32, bf16, fp16, int8"),
     (["--lenpen-style", "wu"], "--lenpen-style 'wu' is not one of gnmt, fairseq"),
     (["--beam", "0"], "--beam 0 must be at least 1"),
-    (["--max-len-a", "-1"], "--max-len-a -1.0 must be ≥ 0"),
+    (["--max-len-a", "-1"], "--max-len-a -1.0 must be at least 0"),
     (["-i", "missing.txt"], "Input file missing.txt does not exist"),
     (["--beam", "100000"], "--beam 100000 is more than the model's"),
     (["--threads", "100000"], "--threads 100000 must be between 1 and 4 × this machine's"),

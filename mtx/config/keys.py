@@ -14,18 +14,21 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from mtx.config.recipe import FROM_PRESET, ModelConfig, Recipe, recipe_key
+from mtx.config.fields import bounds_of, recipe_key
+from mtx.config.recipe import FROM_PRESET, ModelConfig, Recipe
 
 
 @dataclass(frozen=True)
 class KeyHelp:
-    """One dotted key: its type in words, its default as YAML would write it (None: required) and its help."""
+    """One dotted key: its type in words, its default as YAML would write it (None: required), its help, and the
+    range of its values in words where it declares one ("at least 1", "in (0, 1]")."""
 
     key: str
     type: str
     default: str | None
     help: str
     section: bool  # a mapping (train, data.bpe) or list of mappings (data.sources) of further keys, not a value
+    range: str | None = None
 
 
 def type_name(tp: Any) -> str:
@@ -73,8 +76,10 @@ def all_keys(cls: type = Recipe, prefix: str = "") -> list[KeyHelp]:
     for f in dataclasses.fields(cls):
         key = f"{prefix}.{recipe_key(f)}" if prefix else recipe_key(f)
         nested, items = section_type(hints[f.name]), list_section_type(hints[f.name])
+        bounds = bounds_of(f)
         keys.append(KeyHelp(key, type_name(hints[f.name]), _default(cls, f, nested), f.metadata.get("help", ""),
-                            nested is not None or items is not None))
+                            nested is not None or items is not None,
+                            None if bounds is None else bounds.phrase(with_note=False)))
         if nested is not None:
             keys.extend(all_keys(nested, key))
         if items is not None:
@@ -131,7 +136,7 @@ def format_keys(keys: list[KeyHelp], recipe: Recipe | None = None, width: int = 
             lines.append(f"\n# {k.key}: {k.help}")
             continue
         default = "required" if k.default is None else f"default {k.default}"
-        line = f"{k.key}  ({k.type}; {default})"
+        line = f"{k.key}  ({k.type}{'' if k.range is None else ', ' + k.range}; {default})"
         value = _UNSET if recipe is None else value_in(recipe, k.key)
         if value is not _UNSET and _yaml(value) != k.default:
             line += f"  — this recipe: {_yaml(value)}"

@@ -18,8 +18,9 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from mtx.config.fields import ConfigError, recipe_key
 from mtx.config.keys import all_keys, type_name
-from mtx.config.recipe import ConfigError, ModelConfig, Recipe, recipe_key, resolve_model
+from mtx.config.recipe import ModelConfig, Recipe, resolve_model
 
 
 def _convert(value: Any, tp: Any, key: str) -> Any:

@@ -1,52 +1,39 @@
 """What a recipe holds: one dataclass per section, each field with its type, default, range and help.
 
 A recipe is the whole description of a run: the data and how it is prepared, the model, how it is trained and
-how it decodes. Each field's help text lives beside it (`setting`), so that `mtx config --keys` prints what
-this file says and the two cannot drift; each section checks its own ranges (`validate`), naming the dotted
-key of a bad value. Reading YAML into these classes is mtx.config.loading's job. This module imports no torch:
+how it decodes. Each field's help text and range live beside it (`setting`, mtx.config.fields), so that
+`mtx config --keys`, the checks and the server's schema say what this file says and cannot drift; each section
+checks its ranges, then the rules that tie one key to another (`validate`), naming the dotted key of a bad
+value. Reading YAML into these classes is mtx.config.loading's job. This module imports no torch:
 `mtx config` and recipe errors must be instant.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from mtx.config.fields import Bounds, ConfigError, bounds_problems, check, check_bounds, recipe_key, setting
 from mtx.errors import MtxError
 
-
-class ConfigError(MtxError):
-    """A recipe problem, always naming the file and the dotted key."""
-
-
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,
-            key: str | None = None) -> Any:
-    """A recipe field with its help text (`mtx config --keys` prints it); a list or mapping default is built by
-    `factory`, once per recipe. No default: the recipe must set the key. `key`: the recipe's name for the field
-    where it cannot be the attribute's, a Python keyword (`from`, attribute `from_`); see `recipe_key`."""
-    metadata = {"help": help} if key is None else {"help": help, "key": key}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-def recipe_key(f: dataclasses.Field) -> str:
-    """The key a recipe writes for the field `f`: its name, unless `setting(key=...)` gave it another. The loader,
-    `mtx config --keys`, a dumped recipe and the data fingerprint all spell fields this way."""
-    return f.metadata.get("key", f.name)
-
-
-def _check(ok: bool, key: str, value: Any, what: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key} = {value!r} {what}.")
-
-
 # --------------------------------------------------------------------------------------------------- model
+
+AT_LEAST_1 = Bounds(1)
+AT_LEAST_0 = Bounds(0)
+RATE = Bounds(0, 1, high_open=True)  # a dropout's or smoothing's share: 1 would leave nothing
+POSITIVE = Bounds(0, low_open=True)
+# The largest model a recipe may describe: far beyond any Transformer trained (the deepest, DeepNet's, has 1,000
+# layers; GPT-3's widest sub-layer 49,152 units), and small enough that every size, count and index stays within
+# int64 and float64, so that a slip of a few digits is a message, not an overflow deep inside PyTorch.
+LAYERS = Bounds(1, 1000)
+WIDTH = Bounds(1, 2**17)
+POSITIONS = Bounds(1, 2**20)
 
 FROM_PRESET = "(the preset's)"  # how `mtx config --keys` shows the default of a field the preset fills
 
@@ -57,14 +44,16 @@ class ModelConfig:
 
     preset: Literal["tiny", "small", "base", "big"] = setting(
         "base", "Table 3 of the paper (base, big) or a size for CPUs (tiny, small); any field below overrides it.")
-    layers_enc: int | None = setting(None, "Encoder layers.")
-    layers_dec: int | None = setting(None, "Decoder layers.")
-    d_model: int | None = setting(None, "Width of the residual stream and the embeddings.")
-    heads: int | None = setting(None, "Attention heads per layer; must divide d_model.")
-    d_ff: int | None = setting(None, "Inner width of the feed-forward blocks.")
-    dropout: float | None = setting(None, "Dropout on the embeddings and every residual branch (the paper's P_drop).")
-    attn_dropout: float | None = setting(None, "Dropout on the attention weights (the paper: none; T2T: 0.1).")
-    relu_dropout: float | None = setting(None, "Dropout inside the feed-forward blocks, after the ReLU.")
+    layers_enc: int | None = setting(None, "Encoder layers.", bounds=LAYERS)
+    layers_dec: int | None = setting(None, "Decoder layers.", bounds=LAYERS)
+    d_model: int | None = setting(None, "Width of the residual stream and the embeddings.", bounds=WIDTH)
+    heads: int | None = setting(None, "Attention heads per layer; must divide d_model.", bounds=WIDTH)
+    d_ff: int | None = setting(None, "Inner width of the feed-forward blocks.", bounds=WIDTH)
+    dropout: float | None = setting(
+        None, "Dropout on the embeddings and every residual branch (the paper's P_drop).", bounds=RATE)
+    attn_dropout: float | None = setting(
+        None, "Dropout on the attention weights (the paper: none; T2T: 0.1).", bounds=RATE)
+    relu_dropout: float | None = setting(None, "Dropout inside the feed-forward blocks, after the ReLU.", bounds=RATE)
     norm: Literal["post", "pre"] | None = setting(
         None, "post: LayerNorm after each residual sum (the paper); pre: before each sub-layer, plus one at the "
         "end of each stack, which trains deep or large models with less warmup.")
@@ -72,15 +61,12 @@ class ModelConfig:
         None, "One matrix for the source and target embeddings and the output projection (§3.4); false gives the "
         "source its own.")
     max_positions: int | None = setting(
-        None, "The longest source or target sequence in tokens, EOS included: the size of the positional table.")
+        None, "The longest source or target sequence in tokens, EOS included: the size of the positional table.",
+        bounds=POSITIONS)
 
     def validate(self, key: str) -> None:
-        for name in ("layers_enc", "layers_dec", "d_model", "heads", "d_ff", "max_positions"):
-            _check(getattr(self, name) >= 1, f"{key}.{name}", getattr(self, name), "must be at least 1")
-        for name in ("dropout", "attn_dropout", "relu_dropout"):
-            value = getattr(self, name)
-            _check(0.0 <= value < 1.0, f"{key}.{name}", value, "must be in [0, 1)")
-        _check(self.d_model % self.heads == 0, f"{key}.heads", self.heads, f"must divide d_model ({self.d_model})")
+        check_bounds(self, key)
+        check(self.d_model % self.heads == 0, f"{key}.heads", self.heads, f"must divide d_model ({self.d_model})")
 
 
 # Table 3 of the paper for base and big; tiny and small are for CPUs, tests and the demo.
@@ -139,14 +125,17 @@ class TsvSource:
 class DemoSource:
     """The built-in, generated English→German corpus (mtx/data/demo/)."""
 
-    pairs: int = setting(40000, "Training pairs to generate.")
-    valid: int = setting(500, "Validation pairs.")
-    test: int = setting(500, "Test pairs.")
+    pairs: int = setting(40000, "Training pairs to generate.", bounds=AT_LEAST_1)
+    valid: int = setting(500, "Validation pairs.", bounds=AT_LEAST_0)
+    test: int = setting(500, "Test pairs.", bounds=AT_LEAST_0)
     seed: int = setting(1, "The generator's seed: the same seed gives the same corpus.")
     domain: Literal["all", "numbers", "general"] = setting(
         "all", "Which sentences to keep, in every split: numbers: those whose English holds a number, a date or a "
         "clock time; general: the others; all: both. Two corpora of one seed and different domains share no "
         "sentence (a general corpus and a small in-domain one, for domain adaptation).")
+
+    def validate(self, key: str) -> None:
+        check_bounds(self, key)
 
 
 @dataclass
@@ -187,24 +176,24 @@ class CorpusConfig(SourceConfig):
         "dataset's last path component and config].")
     tag: str | None = setting(
         None, "A token put before every source sentence of this corpus, e.g. <bt> for back-translations: one "
-        "reserved token of the vocabulary, never split, never in a translation.")
+        "reserved token of the vocabulary, never split, never in a translation. One word, and none of the "
+        "vocabulary's own pieces: not <pad> <s> </s> <unk>, a byte token <0x00>…<0xFF>, a single character, or "
+        "a word holding a word mark (▁, Ġ). Corpora may share a tag.")
     weight: int = setting(
         1, "Each training pair of the corpus is seen this many times an epoch (fairseq's upsample_primary). "
-        "Applied by `mtx train`, so changing it needs no new `mtx prepare`.")
+        "Applied by `mtx train`, so changing it needs no new `mtx prepare`.", bounds=AT_LEAST_1)
 
     def validate(self, key: str) -> None:
         super().validate(key)
+        check_bounds(self, key)
         if self.name is not None:
-            _check(bool(re.fullmatch(r"[\w.\-]+", self.name)), f"{key}.name", self.name,
+            check(bool(re.fullmatch(r"[\w.\-]+", self.name)), f"{key}.name", self.name,
                    "may hold only letters, digits, '.', '_' and '-'")
         if self.tag is not None:
-            _check(self.tag.split() == [self.tag], f"{key}.tag", self.tag,
-                   "must be one word without spaces, e.g. <bt>")
-            from mtx.tokenizer import SPECIAL_TOKENS  # here: a recipe without tags loads no tokenizer library
+            from mtx.tokenizer import why_not_a_tag  # here: a recipe without tags loads no tokenizer library
 
-            _check(self.tag not in SPECIAL_TOKENS, f"{key}.tag", self.tag,
-                   f"is one of mtx's own special tokens ({', '.join(SPECIAL_TOKENS)}): choose another, e.g. <bt>")
-        _check(self.weight >= 1, f"{key}.weight", self.weight, "must be at least 1")
+            if (problem := why_not_a_tag(self.tag)) is not None:
+                check(False, f"{key}.tag", self.tag, problem)
 
     def derived_name(self) -> str:
         """A name from the source, for a corpus the recipe gives none: demo, the training file's stem, or the
@@ -224,15 +213,15 @@ class CorpusConfig(SourceConfig):
 class FilterConfig:
     """Training-data cleaning, as Moses' clean-corpus-n.perl does it. Valid/test sets are never filtered."""
 
-    min_len: int = setting(1, "Fewest words a side of a training pair may have.")
-    max_len: int = setting(250, "Most words a side of a training pair may have.")
-    max_ratio: float = setting(1.5, "Largest ratio of the longer side's words to the shorter's; 0 disables it.")
+    min_len: int = setting(1, "Fewest words a side of a training pair may have.", bounds=AT_LEAST_0)
+    max_len: int = setting(250, "Most words a side of a training pair may have.", bounds=AT_LEAST_1)
+    max_ratio: float = setting(1.5, "Largest ratio of the longer side's words to the shorter's; 0 disables it.",
+                               bounds=Bounds(0, note="0 disables it"))
     dedup: bool = setting(True, "Drop exact duplicate training pairs.")
 
     def validate(self, key: str) -> None:
-        _check(self.min_len >= 0, f"{key}.min_len", self.min_len, "must be at least 0")
-        _check(self.max_len >= max(self.min_len, 1), f"{key}.max_len", self.max_len, "must be ≥ min_len")
-        _check(self.max_ratio >= 0, f"{key}.max_ratio", self.max_ratio, "must be ≥ 0 (0 disables it)")
+        check_bounds(self, key)
+        check(self.max_len >= self.min_len, f"{key}.max_len", self.max_len, "must be ≥ min_len")
 
 
 @dataclass
@@ -246,23 +235,30 @@ class BpeConfig:
     model: Literal["bpe", "unigram"] = setting(
         "bpe", "bpe: merges learnt by frequency (Sennrich et al.); unigram: a unigram language model over pieces "
         "(Kudo 2018, SentencePiece's default), metaspace only.")
-    vocab_size: int = setting(37000, "Tokens in the vocabulary, specials included (the paper: 37k En-De, 32k En-Fr).")
+    vocab_size: int = setting(
+        37000, "Tokens in the vocabulary, specials included (the paper: 37k En-De, 32k En-Fr); above the least "
+        "with many tags. A metaspace vocabulary spends 256 of them on its byte tokens, so near the minimum it "
+        "learns few pieces and spells most characters by their bytes, more tokens a sentence than a byte-level "
+        "one of that size: a size for tests and toy corpora. At most 2^20: the largest vocabularies in use hold "
+        "a few hundred thousand tokens, and the subword trainer allocates for the size asked.",
+        bounds=Bounds(300, 2**20))
     joint: bool = setting(
         True, "One vocabulary learnt on both languages (the paper's shared source-target BPE); must be true.")
     max_lines: int = setting(
-        10_000_000, "Training lines per language, evenly spaced, that the merges are learnt on (for huge corpora).")
-    min_frequency: int = setting(2, "Fewest occurrences of a pair of symbols for it to become a merge.")
+        10_000_000, "Training lines per language, evenly spaced, that the merges are learnt on (for huge corpora).",
+        bounds=AT_LEAST_1)
+    min_frequency: int = setting(2, "Fewest occurrences of a pair of symbols for it to become a merge.",
+                                 bounds=Bounds(0, 2**32))
     from_: str | None = setting(
         None, "Take the vocabulary from here instead of learning one: a tokenizer.json, a prepared run's data/ "
         "folder or an mtx checkpoint (to fine-tune it, or to share its vocabulary). The keys above are then "
         "ignored, and every tag of data.sources must be a special token of that tokenizer.", key="from")
 
     def validate(self, key: str) -> None:
-        _check(self.vocab_size >= 300, f"{key}.vocab_size", self.vocab_size, "must be at least 300")
-        _check(self.style == "metaspace" or self.model == "bpe", f"{key}.model", self.model,
+        check_bounds(self, key)
+        check(self.style == "metaspace" or self.model == "bpe", f"{key}.model", self.model,
                "needs data.bpe.style: metaspace (a byte-level vocabulary is BPE)")
-        _check(self.max_lines >= 1, f"{key}.max_lines", self.max_lines, "must be at least 1")
-        _check(
+        check(
             self.joint,
             f"{key}.joint",
             self.joint,
@@ -324,18 +320,26 @@ class DataConfig:
             raise ConfigError(f"{key}.source and {key}.sources are both set: keep {key}.source for one corpus, or "
                               f"move it into the list {key}.sources.")
         if self.sources is not None:
-            _check(len(self.sources) >= 1, f"{key}.sources", self.sources, "must list at least one corpus")
+            check(len(self.sources) >= 1, f"{key}.sources", self.sources, "must list at least one corpus")
             seen = set()
             for i, corpus in enumerate(self.sources):
-                _check(corpus.name not in seen, f"{key}.sources[{i}].name", corpus.name,
+                check(corpus.name not in seen, f"{key}.sources[{i}].name", corpus.name,
                        "names an earlier corpus too: each corpus needs its own name")
                 if corpus.name is not None:
                     seen.add(corpus.name)
         for name in ("src_lang", "tgt_lang"):  # they name files: data/test.en, data/test.de
             value = getattr(self, name)
-            _check(bool(re.fullmatch(r"[A-Za-z][\w\-]*", value)), f"{key}.{name}", value,
+            check(bool(re.fullmatch(r"[A-Za-z][\w\-]*", value)), f"{key}.{name}", value,
                    "must be a language code such as en or de")
-        _check(self.src_lang != self.tgt_lang, f"{key}.tgt_lang", self.tgt_lang, "must differ from src_lang")
+        check(self.src_lang != self.tgt_lang, f"{key}.tgt_lang", self.tgt_lang, "must differ from src_lang")
+        if self.tags and self.bpe.from_ is None:  # every tag takes a token, and unigram pieces for its characters
+            from mtx.tokenizer import smallest_vocab_size  # here: a recipe without tags loads no tokenizer library
+
+            bpe, smallest = self.bpe, smallest_vocab_size(self.bpe.style, self.bpe.model, self.tags)
+            check(bpe.vocab_size >= smallest, f"{key}.bpe.vocab_size", bpe.vocab_size,
+                   f"is too small for the {len(self.tags)} tags of {key}.sources: a {bpe.style} {bpe.model} "
+                   f"vocabulary with them needs at least {smallest} tokens. Raise it to {smallest} or more, or "
+                   "use fewer tags")
 
 
 # --------------------------------------------------------------------------------------------------- train
@@ -347,42 +351,48 @@ class TrainConfig:
 
     max_tokens: int = setting(
         4096, "Padded token slots per GPU per micro-batch: sentences × max(source, target length + 1), as "
-        "fairseq counts them.")
-    update_freq: int = setting(1, "Micro-batches whose gradients are accumulated into one update.")
+        "fairseq counts them.", bounds=AT_LEAST_1)
+    update_freq: int = setting(1, "Micro-batches whose gradients are accumulated into one update.", bounds=AT_LEAST_1)
     update_tokens: int | None = setting(
         None, "Padded token slots per update over all GPUs (max_tokens × GPUs × update_freq): with it, each "
         "session cuts its micro-batches (up to max_tokens per GPU) and sets update_freq from its number of "
         "processes, fewest micro-batches first, so a recipe makes the same updates on 1 GPU or 8. null: "
-        "max_tokens and update_freq as given.")
+        "max_tokens and update_freq as given.", bounds=AT_LEAST_1)
     lr_schedule: Literal["inverse_sqrt", "noam"] = setting(
         "inverse_sqrt", "noam: the paper's d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), lr a scale factor; "
         "inverse_sqrt: fairseq's linear warmup to lr, then ∝ 1/√step.")
-    lr: float = setting(7.0e-4, "The peak learning rate for inverse_sqrt; a scale factor for noam (the paper: 1).")
-    warmup: int = setting(4000, "Warmup updates.")
+    lr: float = setting(7.0e-4, "The peak learning rate for inverse_sqrt; a scale factor for noam (the paper: 1).",
+                        bounds=POSITIVE)
+    warmup: int = setting(4000, "Warmup updates.", bounds=AT_LEAST_0)
     betas: list[float] = setting(help="Adam's β1 and β2 (the paper: 0.9, 0.98).", factory=lambda: [0.9, 0.98])
-    eps: float = setting(1.0e-9, "Adam's ε, added to the denominator.")
-    weight_decay: float = setting(0.0, "Decoupled weight decay (AdamW); the paper has none.")
-    label_smoothing: float = setting(0.1, "ε_ls of the label-smoothed cross-entropy (§5.4).")
-    clip_norm: float = setting(0.0, "Clip the gradients' global norm to this; 0 disables clipping.")
+    eps: float = setting(1.0e-9, "Adam's ε, added to the denominator.", bounds=POSITIVE)
+    weight_decay: float = setting(0.0, "Decoupled weight decay (AdamW); the paper has none.", bounds=AT_LEAST_0)
+    label_smoothing: float = setting(0.1, "ε_ls of the label-smoothed cross-entropy (§5.4).", bounds=RATE)
+    clip_norm: float = setting(0.0, "Clip the gradients' global norm to this; 0 disables clipping.",
+                               bounds=Bounds(0, note="0 disables it"))
     precision: Literal["auto", "fp32", "bf16", "fp16"] = setting(
         "auto", "auto: bf16 autocast on GPUs that have it, fp16 with a gradient scaler on older ones, fp32 on CPU.")
     compile: bool = setting(
         False, "torch.compile the model, with dynamic shapes (one graph for every batch shape, one more for "
         "batches whose sources are not padded).")
     device: Literal["auto", "cpu", "cuda"] = setting("auto", "auto: this rank's GPU if there is one, else the CPU.")
-    max_steps: int = setting(100_000, "Stop after this many updates.")
-    max_epochs: int | None = setting(None, "Stop after this many passes over the training data.")
+    max_steps: int = setting(100_000, "Stop after this many updates.", bounds=AT_LEAST_1)
+    max_epochs: int | None = setting(None, "Stop after this many passes over the training data.", bounds=AT_LEAST_1)
     max_time: str | None = setting(
         None, "Stop after this much training time, summed over resumes: \"12h\", \"90m\", \"3600s\".")
-    save_every: int = setting(1000, "Write a step checkpoint every this many updates.")
+    save_every: int = setting(1000, "Write a step checkpoint every this many updates.", bounds=AT_LEAST_1)
     save_every_minutes: float | None = setting(
-        None, "Also write one when this many minutes have passed since the last (the paper: every 10 minutes).")
-    keep_last: int = setting(5, "Step checkpoints kept, the newest; 0 keeps all.")
-    validate_every: int = setting(1000, "Compute the valid loss and BLEU every this many updates.")
-    valid_beam: int = setting(1, "Beam of the validation's decoding; 1 is greedy.")
-    valid_max_sentences: int | None = setting(None, "Decode only the first N valid sentences for BLEU.")
-    patience: int | None = setting(None, "Stop after this many validations without a better valid BLEU.")
-    log_every: int = setting(100, "Log the training loss, learning rate and speed every this many updates.")
+        None, "Also write one when this many minutes have passed since the last (the paper: every 10 minutes).",
+        bounds=POSITIVE)
+    keep_last: int = setting(5, "Step checkpoints kept, the newest; 0 keeps all.", bounds=Bounds(0, note="0 keeps all"))
+    validate_every: int = setting(1000, "Compute the valid loss and BLEU every this many updates.", bounds=AT_LEAST_1)
+    valid_beam: int = setting(1, "Beam of the validation's decoding; 1 is greedy.", bounds=AT_LEAST_1)
+    valid_max_sentences: int | None = setting(None, "Decode only the first N valid sentences for BLEU.",
+                                              bounds=AT_LEAST_1)
+    patience: int | None = setting(None, "Stop after this many validations without a better valid BLEU.",
+                                   bounds=AT_LEAST_1)
+    log_every: int = setting(100, "Log the training loss, learning rate and speed every this many updates.",
+                             bounds=AT_LEAST_1)
     bleu_milestones: list[float] = setting(
         help="Valid BLEU levels whose first reaching is logged as a milestone (time to BLEU), e.g. [20, 25, 27].",
         factory=list)
@@ -400,50 +410,34 @@ class TrainConfig:
     bpe_dropout: float = setting(
         0.0, "BPE-dropout (Provilkov et al. 2020): each epoch, training sentences are segmented anew with each "
         "merge dropped at this rate, reproducibly from (seed, epoch, pair); valid, test and translation never "
-        "drop. 0: off; 0.1 is the paper's. Needs a BPE vocabulary.")
+        "drop. 0: off; 0.1 is the paper's. Needs a BPE vocabulary.",
+        bounds=Bounds(0, 1, high_open=True, note="the rate at which merges are dropped; 0: off, 0.1 is the paper's"))
     bpe_dropout_workers: int = setting(
         0, "Processes that segment training batches for BPE-dropout, for a GPU that one core cannot keep fed "
-        "(bench/README.md: what one core segments per second); 0: the thread that collates batches does it.")
+        "(bench/README.md: what one core segments per second); 0: the thread that collates batches does it.",
+        bounds=Bounds(0, note="0: the collation thread segments"))
     ema_decay: float | None = setting(
         None, "Keep an exponential moving average of the weights with this decay (e.g. 0.9999), which "
         "validation, best.pt, mtx average, translate and export then use; null: none. The decay of update t "
-        "is min(ema_decay, (1 + t) / (10 + t)), so that early weights fade in short runs.")
+        "is min(ema_decay, (1 + t) / (10 + t)), so that early weights fade in short runs.",
+        bounds=Bounds(0, 1, low_open=True, high_open=True, note="e.g. 0.9999, or null: no moving average"))
 
     def validate(self, key: str) -> None:
-        for name in ("max_tokens", "update_freq", "max_steps", "save_every", "validate_every", "log_every",
-                     "valid_beam"):
-            _check(getattr(self, name) >= 1, f"{key}.{name}", getattr(self, name), "must be at least 1")
-        _check(self.update_tokens is None or self.update_tokens >= 1, f"{key}.update_tokens", self.update_tokens,
-               "must be at least 1 (or null)")
-        _check(self.update_tokens is None or self.update_freq == 1, f"{key}.update_freq", self.update_freq,
+        check_bounds(self, key)
+        check(self.update_tokens is None or self.update_freq == 1, f"{key}.update_freq", self.update_freq,
                "must be left at 1 with train.update_tokens, which sets it from the number of processes")
-        _check(self.lr > 0, f"{key}.lr", self.lr, "must be positive")
-        _check(self.warmup >= 0, f"{key}.warmup", self.warmup, "must be ≥ 0")
-        _check(self.lr_schedule != "noam" or self.warmup >= 1, f"{key}.warmup", self.warmup,
+        check(self.lr_schedule != "noam" or self.warmup >= 1, f"{key}.warmup", self.warmup,
                "must be at least 1 for the noam schedule")
-        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"{key}.betas", self.betas,
+        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"{key}.betas", self.betas,
                "must be two numbers in [0, 1)")
-        _check(self.eps > 0, f"{key}.eps", self.eps, "must be positive")
-        _check(0 <= self.label_smoothing < 1, f"{key}.label_smoothing", self.label_smoothing, "must be in [0, 1)")
-        _check(self.clip_norm >= 0, f"{key}.clip_norm", self.clip_norm, "must be ≥ 0 (0 disables it)")
-        _check(self.keep_last >= 0, f"{key}.keep_last", self.keep_last, "must be ≥ 0 (0 keeps all)")
-        for name in ("max_epochs", "patience", "valid_max_sentences"):
-            value = getattr(self, name)
-            _check(value is None or value >= 1, f"{key}.{name}", value, "must be at least 1 (or null)")
         levels = self.bleu_milestones
-        _check(all(0 < level <= 100 for level in levels) and levels == sorted(set(levels)), f"{key}.bleu_milestones",
+        check(all(0 < level <= 100 for level in levels) and levels == sorted(set(levels)), f"{key}.bleu_milestones",
                levels, "must be BLEU levels in (0, 100], ascending without repeats, e.g. [20, 25, 27]")
         if self.max_time is not None:
             parse_duration(self.max_time, f"{key}.max_time")
-        _check(parse_duration(self.dist_timeout, f"{key}.dist_timeout") > 0, f"{key}.dist_timeout",
+        check(parse_duration(self.dist_timeout, f"{key}.dist_timeout") > 0, f"{key}.dist_timeout",
                self.dist_timeout, "must be a positive duration")
-        _check(0 <= self.bpe_dropout < 1, f"{key}.bpe_dropout", self.bpe_dropout,
-               "must be in [0, 1): the rate at which merges are dropped (0: off; 0.1 is the paper's)")
-        _check(self.bpe_dropout_workers >= 0, f"{key}.bpe_dropout_workers", self.bpe_dropout_workers,
-               "must be ≥ 0 (0: the collation thread segments)")
-        _check(self.ema_decay is None or 0 < self.ema_decay < 1, f"{key}.ema_decay", self.ema_decay,
-               "must be in (0, 1), e.g. 0.9999 (or null: no moving average)")
-        _check(self.init_from is not None or not self.init_from_state, f"{key}.init_from_state",
+        check(self.init_from is not None or not self.init_from_state, f"{key}.init_from_state",
                self.init_from_state, "applies only with train.init_from")
 
 
@@ -455,14 +449,21 @@ def parse_duration(text: str, key: str = "duration") -> float:
     match = _DURATION.match(str(text))
     if not match:
         raise ConfigError(f"{key} = {text!r} is not a duration: write e.g. \"12h\", \"90m\" or \"3600s\".")
-    number, unit = float(match.group(1)), match.group(2) or "s"
-    return number * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+    seconds = float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{key} = {text!r} is longer than any clock can count: write e.g. \"12h\" or \"2d\".")
+    return seconds
 
 
 # -------------------------------------------------------------------------------------------------- decode
 
 
 LengthPenaltyStyle = Literal["gnmt", "fairseq"]
+# The decoding options only sampling reads, each by the value that leaves it unset: elsewhere they must have it.
+SAMPLING_ONLY: dict[str, Any] = {"topk": None, "topp": 1.0, "temperature": 1.0}
+# The largest length penalty α: lp = |Y|^α of a 1,024-token output is 2^100 at α = 10, well inside float32's range
+# (2^128), as is a log-probability divided by it; a larger α overflows lp, or underflows every score to 0.
+MAX_LENPEN = 10.0
 
 
 @dataclass
@@ -474,26 +475,33 @@ class DecodeConfig:
     So the errors can name a field either way: as a recipe key (`validate`) or as its flag (`validate_flags`).
     """
 
-    beam: int = setting(4, "Beam size; 1 is greedy search.")
-    lenpen: float = setting(0.6, "Length penalty α: a hypothesis scores log P(Y|X) / lp(|Y|), |Y| counting EOS.")
+    beam: int = setting(4, "Beam size; 1 is greedy search.", bounds=AT_LEAST_1)
+    lenpen: float = setting(
+        0.6, "Length penalty α: a hypothesis scores log P(Y|X) / lp(|Y|), |Y| counting EOS. At most 10: beyond, lp "
+        "outgrows the range of the search's float32 scores, which then cannot tell hypotheses apart (the paper: "
+        "0.6; 0 to 2 is the range people tune).", bounds=Bounds(0, MAX_LENPEN))
     lenpen_style: LengthPenaltyStyle = setting(
         "gnmt", "lp(|Y|) = ((5 + |Y|) / 6)^α (gnmt: GNMT's, the paper's) or |Y|^α (fairseq).")
-    max_len_a: float = setting(1.0, "Output at most a · source tokens + b tokens (EOS not counted).")
-    max_len_b: int = setting(50, "See max_len_a.")
-    min_len: int = setting(0, "Output at least this many tokens before EOS.")
-    nbest: int = setting(1, "Translations kept per sentence, best first (with sampling: samples per sentence).")
+    max_len_a: float = setting(1.0, "Output at most a · source tokens + b tokens (EOS not counted).",
+                               bounds=AT_LEAST_0)
+    max_len_b: int = setting(50, "See max_len_a.", bounds=AT_LEAST_1)
+    min_len: int = setting(0, "Output at least this many tokens before EOS.", bounds=AT_LEAST_0)
+    nbest: int = setting(1, "Translations kept per sentence, best first, at most beam (with sampling: samples per "
+                         "sentence, any number).", bounds=AT_LEAST_1)
     no_repeat_ngram: int = setting(
         0, "Never produce an n-gram of this size twice in one translation (fairseq's, CTranslate2's remedy for "
-        "loops); 0: allowed.")
+        "loops); 0: allowed.", bounds=Bounds(0, note="0: allowed"))
     sampling: bool = setting(
         False, "Draw each token from the model's distribution instead of searching (back-translation, Edunov et al. "
         "2018). A line's samples depend on seed, its index in the input and the model only.")
-    topk: int | None = setting(None, "With sampling: draw from the k most probable tokens only [default: all].")
+    topk: int | None = setting(None, "With sampling: draw from the k most probable tokens only [default: all].",
+                               bounds=Bounds(1, note="leave it unset to draw from all"))
     topp: float = setting(
         1.0, "With sampling: draw from the fewest most probable tokens whose probabilities sum to at least p "
-        "(nucleus sampling); 1: all.")
+        "(nucleus sampling); 1: all.", bounds=Bounds(0, 1, low_open=True))
     temperature: float = setting(
-        1.0, "With sampling: divide the log-probabilities by T before drawing: below 1 sharper, above 1 flatter.")
+        1.0, "With sampling: divide the log-probabilities by T before drawing: below 1 sharper, above 1 flatter.",
+        bounds=POSITIVE)
     seed: int = setting(1, "With sampling: the seed of the draws.")
 
     @classmethod
@@ -510,7 +518,7 @@ class DecodeConfig:
         self._validate(lambda name: f"{key}.{name}", " = ", ConfigError)
 
     def validate_flags(self) -> None:
-        """As command-line flags: `--beam 0 must be at least 1.`, `--max-len-a -1.0 must be ≥ 0.`"""
+        """As command-line flags: `--beam 0 must be at least 1.`, `--max-len-a -1.0 must be at least 0.`"""
         self._validate(lambda name: "--" + name.replace("_", "-"), " ", MtxError)
 
     def _validate(self, spell: Callable[[str], str], separator: str, error: type[MtxError]) -> None:
@@ -520,29 +528,20 @@ class DecodeConfig:
     def first_problem(self, spell: Callable[[str], str], separator: str) -> tuple[str, str] | None:
         """The first value the search cannot honour, as (its field's name, a message naming the field as `spell`
         writes names: a recipe key, a flag, a request's JSON field); None if every value is fine."""
+        def problem(name: str, what: str) -> tuple[str, str]:
+            return name, f"{spell(name)}{separator}{getattr(self, name)!r} {what}."
+
         styles = typing.get_args(LengthPenaltyStyle)
-        problems = [
-            (self.lenpen_style in styles, "lenpen_style", f"is not one of {', '.join(styles)}"),
-            (self.beam >= 1, "beam", "must be at least 1"),
-            (self.nbest >= 1 and (self.sampling or self.nbest <= self.beam), "nbest",
-             f"must be between 1 and {spell('beam')} ({self.beam})" if not self.sampling else "must be at least 1"),
-            (self.lenpen >= 0, "lenpen", "must be ≥ 0"),
-            (self.max_len_a >= 0, "max_len_a", "must be ≥ 0"),
-            (self.max_len_b >= 1, "max_len_b", "must be at least 1"),
-            (self.min_len >= 0, "min_len", "must be ≥ 0"),
-            (self.no_repeat_ngram >= 0, "no_repeat_ngram", "must be ≥ 0 (0: allowed)"),
-            (self.topk is None or self.topk >= 1, "topk", "must be at least 1 (leave it unset to draw from all)"),
-            (0 < self.topp <= 1, "topp", "must be in (0, 1]"),
-            (self.temperature > 0, "temperature", "must be positive"),
-        ]
-        for ok, name, what in problems:
-            if not ok:
-                return name, f"{spell(name)}{separator}{getattr(self, name)!r} {what}."
+        if self.lenpen_style not in styles:
+            return problem("lenpen_style", f"is not one of {', '.join(styles)}")
+        for name, what in bounds_problems(self):
+            return problem(name, what)
+        if not self.sampling and self.nbest > self.beam:
+            return problem("nbest", f"must be between 1 and {spell('beam')} ({self.beam})")
         if not self.sampling:
-            for name, unset in (("topk", None), ("topp", 1.0), ("temperature", 1.0)):
+            for name, unset in SAMPLING_ONLY.items():
                 if getattr(self, name) != unset:
-                    return name, (f"{spell(name)}{separator}{getattr(self, name)!r} applies only with "
-                                  f"{spell('sampling')}.")
+                    return problem(name, f"applies only with {spell('sampling')}")
         return None
 
 
@@ -568,9 +567,9 @@ class Recipe:
         return Path(self.run_dir) if self.run_dir else Path("runs") / self.name
 
     def validate(self, key: str) -> None:
-        _check(bool(re.fullmatch(r"[\w.\-]+", self.name)), "name", self.name,
+        check(bool(re.fullmatch(r"[\w.\-]+", self.name)), "name", self.name,
                "may hold only letters, digits, '.', '_' and '-' (it names the run directory)")
-        _check(self.train.bpe_dropout == 0 or self.data.bpe.from_ is not None or self.data.bpe.model == "bpe",
+        check(self.train.bpe_dropout == 0 or self.data.bpe.from_ is not None or self.data.bpe.model == "bpe",
                "train.bpe_dropout", self.train.bpe_dropout,
                "needs a BPE vocabulary, and data.bpe.model is unigram: drop merges of a BPE, or set it to 0")
 

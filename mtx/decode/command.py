@@ -273,7 +273,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
 
     def output_lines(window: list[str], given: list[str], first_line: int) -> list[str]:
         if reference_path is not None:
-            return [scored_line(scored) for scored in translator.score(window, given)]
+            return [scored_line(scored) for scored in translator.score(window, given, first_line - line_offset)]
         nbests = translator.translate(window, first_line, prefixes=given or None)
         return [output_line(nbest) for nbest in nbests]
 

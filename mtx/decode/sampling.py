@@ -19,6 +19,8 @@ sampling, Holtzman et al., 2020) the fewest most probable tokens whose probabili
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -41,6 +43,12 @@ def _hash32(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
+def line_indices(lines: Sequence[int]) -> Tensor:
+    """The input lines' indices as the draws read them, int64: modulo 2^32, as the 32-bit hash mixes them (so any
+    index, however large, has its draws, and those of lines below 2^32 are unchanged)."""
+    return torch.tensor([line & MASK32 for line in lines], dtype=torch.int64)
+
+
 def uniforms(seed: int, lines: Tensor, samples: Tensor, step: int) -> Tensor:
     """A number in (0, 1) for each row, float64, from its (seed, line, sample) and the decoding step alone.
 
@@ -54,8 +62,19 @@ def uniforms(seed: int, lines: Tensor, samples: Tensor, step: int) -> Tensor:
 
 
 def filtered(log_probs: Tensor, temperature: float, topk: int, topp: float) -> Tensor:
-    """The distribution to draw from, as log-probabilities (N, V) with -inf for what the filters leave out."""
-    scores = log_probs / temperature if temperature != 1.0 else log_probs.clone()
+    """The distribution to draw from, as float64 log-probabilities (N, V) with -inf for what the filters leave out.
+
+    Every temperature > 0 and every p in (0, 1] has a meaning, and gets it: float32 would make a temperature of
+    1e-300 zero and one of 1e300 infinite, so the arithmetic is float64. The log-probabilities are shifted so each
+    row's most probable token is at 0 before they are divided: as T → 0 the others fall to -inf and the draw
+    becomes the most probable token (greedy), as T → ∞ they rise to 0 and it becomes uniform over the tokens the
+    search allows; a forbidden token stays at -inf. Top-p keeps at least the most probable token, however small p.
+    """
+    scores = log_probs.double()
+    if temperature != 1.0:
+        allowed = scores.isfinite()
+        best = scores.amax(dim=1, keepdim=True)
+        scores = torch.where(allowed, (scores - best) / temperature, -torch.inf)
     if 0 < topk < scores.shape[1]:
         kth = scores.topk(topk, dim=1).values[:, -1:]
         scores.masked_fill_(scores < kth, -torch.inf)
@@ -63,7 +82,9 @@ def filtered(log_probs: Tensor, temperature: float, topk: int, topp: float) -> T
     if topp < 1.0:
         ordered, order = scores.sort(dim=1, descending=True)
         before = ordered.exp().cumsum(dim=1) - ordered.exp()  # the probability of the tokens ranked above
-        drop = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, order, before >= topp)
+        outside = before >= topp
+        outside[:, 0] = False
+        drop = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, order, outside)
         scores = scores.masked_fill(drop, -torch.inf).log_softmax(dim=1)
     return scores
 

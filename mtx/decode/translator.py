@@ -12,7 +12,8 @@ also word-aligns every hypothesis it returns (mtx.decode.alignment), from the at
 Given several models, it searches them as one ensemble (mtx.decode.ensemble).
 
 Length limits. A source longer than the model's `max_positions` (EOS included) is truncated to fit, and counted
-so the command can warn; translations are never split. The output of a source of n tokens (EOS not counted)
+so the command can warn; translations are never split, and a given translation too long to score whole is
+refused (`score`). The output of a source of n tokens (EOS not counted)
 has at most floor(max_len_a · n + max_len_b) tokens before its EOS, and never more than max_positions - 1.
 """
 
@@ -35,6 +36,7 @@ from mtx.data.batching import decoding_batches, padded
 from mtx.decode.alignment import AligningDecoder, Alignment, align_searched
 from mtx.decode.ensemble import Ensemble, load_models
 from mtx.decode.flags import FlagThresholds, flags
+from mtx.decode.sampling import line_indices
 from mtx.decode.scoring import score_targets
 from mtx.decode.search import Hypothesis, Sampling, search
 from mtx.devices import available_memory, choose_device, choose_dtype, half_precision_model
@@ -152,14 +154,23 @@ class Translator:
         self.stats.seconds += time.perf_counter() - started
         return results
 
-    def score(self, sentences: list[str], translations: list[str]) -> list[Translation | None]:
+    def score(self, sentences: list[str], translations: list[str], first_line: int = 0) -> list[Translation | None]:
         """Each sentence's given translation scored by the model (mtx.decode.scoring): its normalised text, the
         length-normalised score that search would give it, its tokens and their log-probabilities (EOS last). An
-        empty sentence gets None; an empty translation is scored too (EOS alone)."""
+        empty sentence gets None; an empty translation is scored too (EOS alone).
+
+        A translation longer than the model's positions is refused, naming its line (`first_line` is the index
+        of the first in the input): scoring only the part that fits would report the score of another text.
+        """
         started = time.perf_counter()
         todo, sources = self._sources(sentences)
         targets = [normalize_text(translations[i]) for i in todo]
-        given = [ids[: self.max_positions - 1] for ids in self.tokenizer.encode_batch(targets)]
+        given = self.tokenizer.encode_batch(targets)
+        for j, ids in enumerate(given):
+            if len(ids) + 1 > self.max_positions:
+                raise MtxError(f"--score-reference, line {first_line + todo[j] + 1:,}: the translation is {len(ids):,} "
+                               f"tokens long, and the model reads at most {self.max_positions - 1:,} (its positions "
+                               "less EOS), so it cannot be scored whole: split or shorten that line.")
         batches = decoding_batches([len(ids) for ids in sources], [len(ids) for ids in given], self.batch_tokens)
         workers, threads_each = decoding_workers(self.device, torch.get_num_threads(), len(batches))
         d = self.decode
@@ -190,11 +201,14 @@ class Translator:
         available = available_memory(self.device)
         if needed > available:
             aligning = "" if self.alignment_layer is None else " (or for aligning them)"
-            raise MtxError(
-                f"Beam {self.decode.beam} needs about {needed / 2**20:,.0f} MiB for the decoder's cache and "
+            d = self.decode
+            asked, lower = ((f"{d.nbest:,} samples a sentence", "--nbest") if d.sampling
+                            else (f"Beam {d.beam}", "--beam"))
+            raise MtxError(  # in whole MiB: the bytes of a huge --nbest are more than a float can hold
+                f"{asked} needs about {needed // 2**20:,} MiB for the decoder's cache and "
                 f"scores of its largest batch{'es' if workers > 1 else ''}{aligning}, but only "
-                f"{available / 2**20:,.0f} MiB "
-                f"of {'GPU ' if self.device.type == 'cuda' else ''}memory is available: lower --beam or "
+                f"{available // 2**20:,} MiB "
+                f"of {'GPU ' if self.device.type == 'cuda' else ''}memory is available: lower {lower} or "
                 "--batch-tokens (or --threads, which decodes batches side by side).")
 
     def _batch_bytes(self, sentences: int, source_len: int, limit: int) -> int:
@@ -227,9 +241,14 @@ class Translator:
         return [*ids, EOS]
 
     def output_limit(self, source_tokens: int) -> int:
-        """The most tokens before EOS for a source of `source_tokens` (EOS not counted)."""
-        d = self.decode
-        return min(math.floor(d.max_len_a * source_tokens + d.max_len_b), self.max_positions - 1)
+        """The most tokens before EOS for a source of `source_tokens` (EOS not counted). Any a and b the checks
+        allow give a limit: past the model's positions (a · n infinite in floating point, b beyond float's
+        range) the positions decide, without the arithmetic that would overflow."""
+        d, cap = self.decode, self.max_positions - 1
+        if d.max_len_b >= cap:
+            return cap
+        limit = d.max_len_a * source_tokens + d.max_len_b
+        return cap if limit >= cap else math.floor(limit)
 
     def _flags(self, source: list[int], hypothesis: Hypothesis) -> tuple[str, ...]:
         if self.flag_thresholds is None:
@@ -259,7 +278,8 @@ class Translator:
         members = [first if self.alignment_layer is None else AligningDecoder(first, self.alignment_layer),
                    *self.models[1:]]
         decoder = members[0] if len(members) == 1 else Ensemble(members)
-        sampling = None if not d.sampling else Sampling(d.seed, torch.tensor(lines), d.temperature, d.topk or 0, d.topp)
+        sampling = None if not d.sampling else Sampling(d.seed, line_indices(lines),
+                                                        d.temperature, d.topk or 0, d.topp)
         prefix = None if prefixes is None or not any(prefixes) else padded(prefixes).to(self.device)
         nbests = search(decoder, src, src_pad, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
                         lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest, prefix=prefix, sampling=sampling,

@@ -52,6 +52,8 @@ def score(
 
     Example: mtx translate -m avg.pt -i newstest2014.en | mtx score -r newstest2014.de --paper-bleu --min-bleu 25
     """
+    if min_bleu is not None and not 0 <= min_bleu <= 100:  # NaN too: every BLEU would pass a gate of NaN
+        raise MtxError(f"--min-bleu {min_bleu:g} is not a BLEU score: give one between 0 and 100.")
     result = score_files(references, input_, metrics.split(","), tokenize, paper_bleu, baseline)
     if json_:
         sys.stdout.write(json.dumps(result) + "\n")

@@ -25,6 +25,11 @@ from mtx.data.prepared import TokenSplit, load_split
 from mtx.data.vocabulary import read_tokenizer, vocabulary_file
 from mtx.errors import MtxError
 
+# The most training pairs an epoch may hold, weights applied. Every training process keeps the epoch's index and
+# batches in memory, a few numbers a pair, which past a billion pairs no machine holds; no corpus comes near it,
+# so a weight that passes it is a slip.
+MOST_PAIRS_AN_EPOCH = 1_000_000_000
+
 
 @dataclass
 class ValidSet:
@@ -114,6 +119,7 @@ def training_batches(recipe: Recipe, manifest: dict[str, Any], split: PairSource
     if all(corpus.weight == 1 for corpus in corpora):
         return make_batches(split.src_lens, split.tgt_lens, max_tokens, recipe.seed, keep=fits)
     sizes, weights = _corpus_sizes(manifest), [corpus.weight for corpus in corpora]
+    _check_epoch_size(recipe.data, sizes)
     index = _weighted_index(sizes, weights)
     say("an epoch of training pairs, by corpus and weight: " + ", ".join(
         f"{corpus.name} {size:,} × {corpus.weight}" for corpus, size in zip(corpora, sizes, strict=True))
@@ -127,6 +133,25 @@ def _corpus_sizes(manifest: dict[str, Any]) -> list[int]:
     if "corpora" not in manifest:  # prepared before mtx knew several corpora: one
         return [manifest["splits"]["train"]["pairs"]]
     return [corpus["splits"]["train"]["pairs"] for corpus in manifest["corpora"]]
+
+
+def _check_epoch_size(data: DataConfig, sizes: list[int]) -> None:
+    """Refuse weights that make an epoch of more than `MOST_PAIRS_AN_EPOCH` pairs, naming the corpus that weighs
+    most, before any memory is taken: every rank holds the whole epoch, the index of each pair it repeats and
+    its batches, so such an epoch would end the run in an allocation the machine cannot make."""
+    corpora = data.corpora
+    epoch = sum(size * corpus.weight for corpus, size in zip(corpora, sizes, strict=True))
+    if epoch <= MOST_PAIRS_AN_EPOCH:
+        return
+    heaviest = max(range(len(corpora)), key=lambda i: sizes[i] * corpora[i].weight)
+    corpus = corpora[heaviest]
+    raise MtxError(
+        f"{data.corpus_key(heaviest)}.weight = {corpus.weight:,} makes an epoch of {epoch:,} training pairs ("
+        + ", ".join(f"{c.name} {size:,} × {c.weight:,}" for c, size in zip(corpora, sizes, strict=True))
+        + f"), more than the {MOST_PAIRS_AN_EPOCH:,} an epoch may hold: every training process keeps the "
+        "whole epoch in memory. Lower that weight, or every corpus' weight in proportion: a weight says how "
+        "often its corpus is seen beside the others, and weights 1 and 10 mix two corpora as 10 and 100 do."
+    )
 
 
 def _weighted_index(sizes: list[int], weights: list[int]) -> np.ndarray:

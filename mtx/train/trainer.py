@@ -551,6 +551,11 @@ def train(recipe: Recipe, restart: bool = False) -> TrainState:
                 distributed.record_failure(e)
             if not is_out_of_memory(e):
                 raise
+            if isinstance(e, MemoryError):  # the host's memory, which Python and numpy fill: the epoch's batches
+                raise MtxError(f"Out of memory while training ({first_line(e)}): the machine cannot hold what "
+                               "the run keeps in its memory, the epoch's pairs and batches the most of it. Lower "
+                               "data.sources' weights (an epoch holds each corpus' pairs times its weight), or "
+                               "train on a machine with more memory.") from None
             memory = "GPU memory" if ctx.device.type == "cuda" else "memory"
             keep = ("train.update_tokens keeps the update's size" if recipe.train.update_tokens is not None else
                     "raise train.update_freq to keep the update's size")
