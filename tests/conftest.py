@@ -1,5 +1,8 @@
-"""Settings shared by the whole suite."""
+"""Settings and fixtures shared by the whole suite."""
 
+from pathlib import Path
+
+import pytest
 from hypothesis import settings
 
 # Property tests draw the same examples on every run and machine: a failure is reproduced by running the test
@@ -8,3 +11,20 @@ from hypothesis import settings
 # says nothing about the code, and a deadline would fail at random.
 settings.register_profile("mtx", derandomize=True, database=None, deadline=None)
 settings.load_profile("mtx")
+
+
+@pytest.fixture(scope="session")
+def copy_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The copy-task model (test_translate's) as a checkpoint whose recipe decodes with beam 4, and 40 held-out
+    sentences, in a file too: what `mtx serve`'s tests (test_serve, test_serve_fuzz) serve, trained once."""
+    from test_translate import copy_task
+
+    from mtx.checkpoint import make_checkpoint, save_checkpoint
+
+    model, tokenizer, held_out = copy_task(40)
+    folder: Path = tmp_path_factory.mktemp("serve")
+    checkpoint = folder / "copy.pt"
+    decode = {"beam": 4, "lenpen": 0.6, "max_len_a": 1.0, "max_len_b": 5}
+    save_checkpoint(make_checkpoint(model, tokenizer.to_str(), {"decode": decode}, 250), checkpoint)
+    (folder / "held_out.txt").write_text("".join(f"{s}\n" for s in held_out), encoding="utf-8")
+    return dict(checkpoint=checkpoint, held_out=held_out, input=folder / "held_out.txt")

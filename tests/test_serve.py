@@ -4,12 +4,16 @@ The copy-task model (test_translate's) serves. Its answers must equal `mtx trans
 same options; concurrent requests must each get their own sentences back, having shared batches; a full queue
 must refuse at once with 503 and Retry-After and leave the server healthy; a request past its timeout gets 504;
 SIGTERM must answer what was in flight and exit 0; bad bodies get 400 or 413 naming the field, never a
-traceback. The batcher and the metrics are also tested alone, without HTTP. The tests that need the extra
-mtx[serve] skip without it; the one that checks its absence is named does not.
+traceback. The OpenAPI document states each bound and limit that the server keeps (test_serve_fuzz holds the
+server to the whole document); Starlette's own refusals are JSON too; a body short of its Content-Length gets 408
+within --timeout; and every line of the log is JSON, uvicorn's and a failed decoding worker's traceback included.
+The batcher and the metrics are also tested alone, without HTTP. The tests that need the extra mtx[serve] skip
+without it; the one that checks its absence is named does not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import math
@@ -26,10 +30,9 @@ from pathlib import Path
 
 import pytest
 from browser import CHROMIUM, chromium
-from test_translate import copy_task, translate_cli
+from test_translate import translate_cli
 from typer.testing import CliRunner
 
-from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.cli import app
 from mtx.serve.batcher import Batcher, Draining, Job, QueueFull
 from mtx.serve.metrics import Histogram, Metrics
@@ -37,27 +40,19 @@ from mtx.serve.metrics import Histogram, Metrics
 serving = pytest.mark.skipif(any(__import__("importlib").util.find_spec(m) is None
                                  for m in ("fastapi", "uvicorn", "fastapi_swagger")),
                              reason="needs the extra mtx[serve]")
-DECODE = {"beam": 4, "lenpen": 0.6, "max_len_a": 1.0, "max_len_b": 5}
-
-
-@pytest.fixture(scope="module")
-def copy_model(tmp_path_factory) -> dict:
-    model, tokenizer, held_out = copy_task(40)
-    folder = tmp_path_factory.mktemp("serve")
-    checkpoint = folder / "copy.pt"
-    save_checkpoint(make_checkpoint(model, tokenizer.to_str(), {"decode": DECODE}, 250), checkpoint)
-    (folder / "held_out.txt").write_text("".join(f"{s}\n" for s in held_out), encoding="utf-8")
-    return dict(checkpoint=checkpoint, held_out=held_out, input=folder / "held_out.txt")
 
 
 class Server:
-    """`mtx serve` in a subprocess on a free port, its JSON log in a file."""
+    """`mtx serve` in a subprocess on a free port, its JSON log in a file. `python`: the interpreter's arguments
+    that run mtx; `session`: a process group of its own (for a Ctrl-C sent to it, as a terminal sends one)."""
 
-    def __init__(self, checkpoint: Path, log: Path, *flags: str) -> None:
+    def __init__(self, checkpoint: Path, log: Path, *flags: str, python: tuple[str, ...] = ("-m", "mtx"),
+                 session: bool = False) -> None:
         self.log_path, self.log_file = log, open(log, "wb")  # noqa: SIM115 - the server's stderr while it lives
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mtx", "serve", "-m", str(checkpoint), "--port", "0", "--threads", "2", *flags],
-            stdout=subprocess.DEVNULL, stderr=self.log_file, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+            [sys.executable, *python, "serve", "-m", str(checkpoint), "--port", "0", "--threads", "2", *flags],
+            stdout=subprocess.DEVNULL, stderr=self.log_file, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
+            start_new_session=session)
         deadline = time.monotonic() + 120
         while (url := self._listening()) is None:
             assert self.process.poll() is None and time.monotonic() < deadline, self.log()
@@ -78,6 +73,23 @@ class Server:
 
     def events(self) -> list[dict]:
         return [json.loads(line) for line in self.log().splitlines() if line.startswith("{") and line.endswith("}")]
+
+    def requests_logged(self, path: str, count: int) -> list[dict]:
+        """The log's lines of requests to `path`, once there are `count` of them: each is written just after its
+        answer went out."""
+        deadline = time.monotonic() + 10
+        while len(logged := [e for e in self.events() if e["event"] == "request" and e["path"] == path]) < count:
+            assert time.monotonic() < deadline, self.log()
+            time.sleep(0.02)
+        return logged
+
+    def assert_log_is_json_lines(self) -> None:
+        """Every line the server wrote on standard error, its workers' and uvicorn's included, is a JSON object."""
+        for line in self.log().splitlines():
+            try:
+                assert isinstance(json.loads(line), dict), line
+            except json.JSONDecodeError:
+                raise AssertionError(f"not a JSON line: {line!r}\n{self.log()}") from None
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict | None = None) -> tuple[int, dict, bytes]:
@@ -116,8 +128,8 @@ class Server:
 def start(copy_model: dict, tmp_path: Path) -> Iterator:
     servers: list[Server] = []
 
-    def started(*flags: str) -> Server:
-        servers.append(Server(copy_model["checkpoint"], tmp_path / f"serve{len(servers)}.log", *flags))
+    def started(*flags: str, **options) -> Server:
+        servers.append(Server(copy_model["checkpoint"], tmp_path / f"serve{len(servers)}.log", *flags, **options))
         return servers[-1]
 
     yield started
@@ -309,6 +321,22 @@ def test_a_decoding_worker_that_dies_is_replaced_and_only_its_batch_is_lost(star
 
 
 @serving
+def test_decoding_workers_whose_server_was_killed_exit_quietly(start) -> None:
+    """SIGKILL leaves the server no time to stop its workers: each finds its pipe closed and exits, without a
+    traceback in the log."""
+    server = start()
+    pids = next(event["pids"] for event in server.events() if event["event"] == "ready")
+    server.process.kill()
+    server.process.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+              for pid in pids):
+        assert time.monotonic() < deadline, f"workers {pids} outlived their server"
+        time.sleep(0.05)
+    server.assert_log_is_json_lines()
+
+
+@serving
 @pytest.mark.parametrize(("body", "status", "field", "message"), [
     (b'{"text": ["a"', 400, None, "not valid JSON"),
     (b'["a"]', 400, None, "must be a JSON object"),
@@ -337,6 +365,143 @@ def test_bad_bodies_get_400_or_413_naming_the_field(limited: Server, body: bytes
     assert "Traceback" not in json.dumps(answer)
 
 
+def request_schema(server: Server) -> dict:
+    """The JSON schema of POST /translate's body, from the server's OpenAPI document."""
+    document = json.loads(server.get("/openapi.json")[1])
+    return document["paths"]["/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+
+
+def beside(value: float, integer: bool, direction: float) -> float:
+    """The next value of the field's type past `value` towards `direction` (±inf)."""
+    return value + (1 if direction > 0 else -1) if integer else math.nextafter(value, direction)
+
+
+# What a field's bound is tried with: the options it needs beside it to be valid at all.
+COMPANIONS = {"topk": {"sampling": True, "beam": 1}, "topp": {"sampling": True, "beam": 1},
+              "temperature": {"sampling": True, "beam": 1}, "nbest": {"beam": 16},
+              "alignment_layer": {"alignment": True}}
+
+
+@serving
+def test_the_openapi_document_states_each_bound_and_limit_and_the_server_keeps_them(limited: Server) -> None:
+    from mtx.config.fields import bounds_of
+    from mtx.config.recipe import DecodeConfig
+    from mtx.serve.service import RequestOptions
+
+    schema = request_schema(limited)
+    properties = schema["properties"]
+    # Each option's range is the one its field declares (mtx.config.fields); beam and nbest are also capped by
+    # --max-beam, text by --max-sentences and --max-chars (this server's: 16, 8 and 40).
+    for f in (*dataclasses.fields(DecodeConfig), *dataclasses.fields(RequestOptions)):
+        declared = bounds_of(f).json_schema() if bounds_of(f) else {}
+        if f.name in ("beam", "nbest"):
+            declared["maximum"] = 16
+        assert {k: properties[f.name][k] for k in properties[f.name] if "imum" in k} == declared, f.name
+    assert properties["text"]["maxItems"] == 8 and properties["text"]["items"]["maxLength"] == 40
+    # The model's part: its decoder layers bound alignment_layer.
+    (last_layer,) = [rule["properties"]["alignment_layer"]["maximum"] for rule in schema["allOf"]
+                     if "maximum" in rule.get("properties", {}).get("alignment_layer", {})]
+    bounds = [(name, keyword, value) for name, field in properties.items() for keyword, value in field.items()
+              if keyword in ("minimum", "exclusiveMinimum", "maximum")] + [("alignment_layer", "maximum", last_layer)]
+    assert len(bounds) >= 14
+    for name, keyword, value in bounds:
+        kinds = [option.get("type") for option in properties[name].get("anyOf", [properties[name]])]
+        integer, outward = "integer" in kinds, math.inf if keyword == "maximum" else -math.inf
+        outside = value if keyword == "exclusiveMinimum" else beside(value, integer, outward)
+        inside = beside(value, integer, math.inf) if keyword == "exclusiveMinimum" else value
+        body = {"text": ["a b"], **COMPANIONS.get(name, {})}
+        status, _, answer = limited.translate({**body, name: outside})
+        assert status == 400 and answer["field"] == name, (name, outside, answer)
+        status, _, answer = limited.translate({**body, name: inside})
+        assert status == 200, (name, inside, answer)
+    for text, field in ((["a"] * 9, "text"), (["a" * 41], "text[0]")):
+        status, _, answer = limited.translate({"text": text})
+        assert status == 413 and answer["field"] == field
+    assert limited.translate({"text": ["a" * 40] * 8})[0] == 200
+    assert limited.translate({"text": ["a"], "beam": 2.0})[0] == 200  # JSON Schema's integer: 2.0 is 2
+
+
+@serving
+def test_refusals_outside_translate_are_json_errors_too(limited: Server) -> None:
+    status, headers, body = limited.request("GET", "/translate")
+    assert status == 405 and headers["allow"] == "POST" and "only POST" in json.loads(body)["error"]
+    for method, path in (("POST", "/nothing"), ("GET", "/docs/static/nothing.js")):
+        status, headers, body = limited.request(method, path)
+        assert status == 404 and headers["content-type"] == "application/json"
+        assert f"{path} is not a path of this server" in json.loads(body)["error"]
+
+
+@serving
+def test_a_body_short_of_its_length_gets_408_a_client_gone_is_logged_499_and_every_log_line_is_json(start) -> None:
+    server = start("--timeout", "2")
+    head = (b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n" + b'{"text": [')
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as client:
+        started = time.monotonic()
+        client.sendall(head)  # 10 bytes of 100, and then nothing
+        answer = b""
+        while chunk := client.recv(4096):  # the server closes the connection after answering
+            answer += chunk
+        assert time.monotonic() - started < 6
+    head_lines, _, body = answer.partition(b"\r\n\r\n")
+    assert head_lines.startswith(b"HTTP/1.1 408") and "--timeout" in json.loads(body)["error"]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as client:
+        client.sendall(head)
+        time.sleep(0.2)  # the server is reading the body when the client leaves
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as client:
+        client.sendall(b"GARBAGE\r\n\r\n")  # not HTTP: uvicorn refuses it, and says so in its log
+        assert client.recv(4096).startswith(b"HTTP/1.1 400")
+    assert server.get("/health")[0] == 200
+    timed_out, gone = server.requests_logged("/translate", 2)
+    assert timed_out["status"] == 408 and gone["status"] == 499 and "closed the connection" in gone["error"]
+    assert any(e["event"] == "uvicorn" and e["level"] == "warning" for e in server.events())
+    server.assert_log_is_json_lines()
+
+
+def failing_worker(connection, *arguments) -> None:
+    """A decoding worker's process (`serve_batches`) whose translator raises on the sentence "boom": a fault that
+    arises inside the worker. It patches the translator there, in the process it runs in."""
+    from mtx.decode.translator import Translator
+    from mtx.serve.worker import serve_batches
+
+    translate = Translator.translate
+
+    def translate_or_fail(self, sentences, *rest, **named):
+        if "boom" in sentences:
+            raise ZeroDivisionError("boom in the worker")
+        return translate(self, sentences, *rest, **named)
+
+    Translator.translate = translate_or_fail
+    serve_batches(connection, *arguments)
+
+
+@serving
+def test_a_decoding_worker_s_error_is_logged_with_the_worker_s_own_traceback(start, copy_model: dict) -> None:
+    tests = str(Path(__file__).parent)
+    program = (f"import sys; sys.path.insert(0, {tests!r}); import test_serve, mtx.serve.worker as worker; "
+               "worker.serve_batches = test_serve.failing_worker; from mtx.cli import main; main()")
+    server = start(python=("-c", program))
+    status, _, answer = server.translate({"text": ["boom"]})
+    assert status == 500 and answer == {"error": "internal error (ZeroDivisionError: boom in the worker)."}
+    logged = server.requests_logged("/translate", 1)[0]["error"]
+    assert "in translate_or_fail" in logged and "in serve_batches" in logged  # the worker's frames
+    assert logged.index("in translate_or_fail") < logged.index("in decode")  # then the server's
+    status, _, answer = server.translate({"text": copy_model["held_out"][:1]})
+    assert status == 200  # the worker lives on
+    server.assert_log_is_json_lines()
+
+
+@serving
+def test_ctrl_c_drains_without_stopping_the_workers_first(start, copy_model: dict) -> None:
+    server = start("--threads", "1", "--max-sentences", "800", session=True)
+    with ThreadPoolExecutor(2) as pool:
+        busy = occupy(server, copy_model["held_out"], pool)
+        os.killpg(server.process.pid, signal.SIGINT)  # as a terminal sends Ctrl-C: to every process of the group
+        assert busy.result()[0] == 200
+    assert server.process.wait(timeout=60) == 0
+    server.assert_log_is_json_lines()
+
+
 @serving
 def test_limits_in_tokens_and_bytes_and_the_request_log(start, copy_model: dict, tmp_path: Path) -> None:
     server = start("--max-sentences", "4", "--max-chars", "100000")
@@ -348,7 +513,7 @@ def test_limits_in_tokens_and_bytes_and_the_request_log(start, copy_model: dict,
     assert status == 413 and b"--max-sentences" in body
     # One JSON line per request, with its latency.
     server.translate({"text": copy_model["held_out"][:2]})
-    requests = [e for e in server.events() if e["event"] == "request" and e["path"] == "/translate"]
+    requests = server.requests_logged("/translate", 3)
     assert [(e["status"], e.get("sentences")) for e in requests][-3:] == [(413, 2), (413, None), (200, 2)]
     assert all(e["ms"] > 0 and e["method"] == "POST" and e["client"].startswith("127.0.0.1:") for e in requests)
     assert "Traceback" not in server.log()

@@ -46,7 +46,8 @@ def serve(
     max_chars: Annotated[int, typer.Option(metavar="N", help="Characters per sentence at most (else 413).")] = 4096,
     max_beam: Annotated[int, typer.Option(metavar="N", help="The largest beam and nbest a request may ask for.")] = 16,
     timeout: Annotated[float, typer.Option(
-        metavar="S", help="Seconds a request may take, queue included; then 504.")] = 30.0,
+        metavar="S", help="Seconds a request may take from its arrival, its body and the queue included; then 504 "
+        "(408 while its body has not arrived).")] = 30.0,
     device: Annotated[str, typer.Option(metavar="auto|cpu|cuda", help="auto: cuda if there is one.")] = "auto",
     dtype: Annotated[str, typer.Option(
         metavar="auto|fp32|bf16|fp16|int8", help="As mtx translate's --dtype.")] = "auto",
@@ -129,7 +130,7 @@ def run_server(service: TranslationService, sock: socket.socket, max_body: int) 
     import uvicorn
 
     from mtx.serve.app import RequestLog, create_app
-    from mtx.serve.events import log_event
+    from mtx.serve.events import UVICORN_LOGGING, log_event
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -156,7 +157,7 @@ def run_server(service: TranslationService, sock: socket.socket, max_body: int) 
 
     app = RequestLog(create_app(service, on_failed_load=lambda: setattr(server, "should_exit", True)), service,
                      max_body)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+    config = uvicorn.Config(app, log_config=UVICORN_LOGGING, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=int(service.limits.timeout) + 5)
     server = Server(config)
     host, port = sock.getsockname()[:2]

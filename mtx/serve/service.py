@@ -7,9 +7,15 @@ rules hold whatever serves it:
   and are checked as the command checks its flags, each error naming the field (400);
 - a request holds at most `max_sentences` sentences of at most `max_chars` characters, none longer in tokens
   than the model's positions, and asks for a beam and an n-best list of at most `max_beam` (413, 400);
+- its own options (`RequestOptions`: alignment, alignment_layer, line_offset) are in their ranges, and
+  alignment_layer, given only with alignment, is one of the model's decoder layers (400);
 - the queue has room or the request is refused at once (503 with the seconds after which to retry); a request
   not answered within `timeout` seconds gets 504, and its sentences are dropped if not yet decoded;
 - each sentence's answer holds the fields of `mtx translate --format jsonl`.
+
+The rules that one field's range cannot say (one field against another, or against the model) are also written
+as JSON Schema (`request_rules`), for the OpenAPI document: a request that document admits is one `job` takes,
+except for a sentence's length in tokens, which no schema can count.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from mtx.config.recipe import DecodeConfig
+from mtx.config.fields import Bounds, bounds_problems, setting
+from mtx.config.recipe import SAMPLING_ONLY, DecodeConfig
 from mtx.decode.translator import Dtype, Translator
 from mtx.errors import MtxError, first_line
 from mtx.serve.batcher import Batcher, Draining, Job, QueueFull
@@ -30,8 +37,9 @@ from mtx.serve.events import log_event
 from mtx.serve.metrics import Metrics
 from mtx.serve.worker import WorkerDied, WorkerProcess
 
-# A request's options that are the recipe's decoding fields (the others: alignment, alignment_layer, line_offset).
+# A request's options that are the recipe's decoding fields (the others: RequestOptions).
 DECODE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecodeConfig))
+NULL = {"type": "null"}  # JSON Schema's null: an option left unset
 
 Status = Literal["loading", "ready", "failed", "draining"]
 
@@ -54,6 +62,20 @@ class Limits:
     timeout: float  # seconds from arrival to answer
 
 
+@dataclass(frozen=True)
+class RequestOptions:
+    """A request's options that are not the recipe's: declared as its fields are (mtx.config.fields), so that the
+    ranges checked here are the ones the OpenAPI schema states."""
+
+    alignment: bool = setting(False, "Add each translation's word alignment: [source, target] word indices, 0-based "
+                              "(mtx translate --alignment).")
+    alignment_layer: int | None = setting(
+        None, "With alignment: the decoder layer (0-based) whose cross-attention aligns [default: mtx translate's].",
+        bounds=Bounds(0))
+    line_offset: int = setting(0, "The index of the first sentence in the text it was cut from: sampling's draws "
+                               "depend on each sentence's index.", bounds=Bounds(0))
+
+
 class TranslationService:
     """The loaded model(s), the batcher that decodes for them, and the rules of a request."""
 
@@ -66,6 +88,8 @@ class TranslationService:
         self.failure: str | None = None
         self.batcher: Batcher | None = None
         self.workers: list[WorkerProcess] = []
+        self.checkpoint: dict[str, Any] | None = None  # the first model's, once loaded: its recipe's options
+        self.decoder_layers: int | None = None  # set last by `_load`: once it is, so is all a request is checked by
 
     def load(self) -> None:
         """Load the models, start the decoding workers and warm each up; then the service is ready. An error (a
@@ -141,10 +165,10 @@ class TranslationService:
             if getattr(decode, name) > limits.max_beam:
                 raise RequestError(400, f"{name} = {getattr(decode, name)} is more than this server allows, "
                                    f"{limits.max_beam} (--max-beam).", name)
-        alignment_layer = self._alignment_layer(options)
-        line_offset = options.get("line_offset", 0)
-        if line_offset < 0:
-            raise RequestError(400, f"line_offset = {line_offset} must be ≥ 0.", "line_offset")
+        request = RequestOptions(**{k: v for k, v in options.items() if k not in DECODE_OPTIONS})
+        for name, what in bounds_problems(request):
+            raise RequestError(400, f"{name} = {getattr(request, name)!r} {what}.", name)
+        alignment_layer = self._alignment_layer(request)
         try:  # the translator's own checks (a beam wider than the vocabulary); it counts a batch's tokens
             translator = Translator(self.models, self.tokenizer, decode, self.batch_tokens,
                                     alignment_layer=alignment_layer)
@@ -159,29 +183,57 @@ class TranslationService:
                                    f"text[{index}]")
             if normalized[index]:
                 cost += max(len(ids), translator.output_limit(len(ids))) + 1  # as the translator's batches count
-        return Job(list(text), [line_offset + i for i in range(len(text))], (decode, alignment_layer), cost)
+        return Job(list(text), [request.line_offset + i for i in range(len(text))], (decode, alignment_layer),
+                   cost)
 
-    def _alignment_layer(self, options: dict[str, Any]) -> int | None:
+    def _alignment_layer(self, request: RequestOptions) -> int | None:
         """The decoder layer that aligns, when the request asks for alignments (mtx translate's default layer)."""
         from mtx.decode.alignment import default_alignment_layer
 
-        layer = options.get("alignment_layer")
-        if not options.get("alignment"):
+        layer = request.alignment_layer
+        if not request.alignment:
             if layer is not None:
                 raise RequestError(400, "alignment_layer only applies with alignment = true.", "alignment_layer")
             return None
         if layer is None:
             return default_alignment_layer(self.decoder_layers)
-        if not 0 <= layer < self.decoder_layers:
+        if layer >= self.decoder_layers:
             raise RequestError(400, f"alignment_layer = {layer} is not a layer of this model, whose decoder layers "
                                f"are numbered 0 to {self.decoder_layers - 1}.", "alignment_layer")
         return layer
 
-    async def translate(self, text: list[str], options: dict[str, Any]) -> list[dict[str, object]]:
-        """The translations of a request's sentences, each as `mtx translate --format jsonl` writes a line."""
+    def request_rules(self) -> dict[str, Any]:
+        """`job`'s rules that no one field's range says, as JSON Schema keywords of the request's object (for its
+        OpenAPI schema); none before the model is loaded, as an unset option takes its recipe's value.
+
+        - without sampling: topk, topp and temperature unset, and nbest at most beam (one branch per beam);
+        - with sampling: beam unset or 1; with either, beam and nbest at most `max_beam`, however set;
+        - alignment_layer only with alignment, and one of the model's decoder layers.
+        """
+        if self.decoder_layers is None:
+            return {}
+        recipe, widest = DecodeConfig.of_checkpoint(self.checkpoint), self.limits.max_beam
+        if any(unset is None and getattr(recipe, name) is not None for name, unset in SAMPLING_ONLY.items()):
+            searches = []  # the recipe samples with an option that a request cannot unset (null is the recipe's)
+        else:
+            unset_options = [(name, NULL if unset is None else {"const": unset}, getattr(recipe, name) == unset)
+                             for name, unset in SAMPLING_ONLY.items()]
+            searches = [_object(("sampling", {"const": False}, not recipe.sampling), *unset_options,
+                                ("beam", {"const": beam}, recipe.beam == beam),
+                                ("nbest", {"type": "integer", "maximum": beam}, recipe.nbest <= beam))
+                        for beam in range(1, widest + 1)]
+        sampling = _object(("sampling", {"const": True}, recipe.sampling),
+                           ("beam", {"const": 1}, recipe.beam <= widest),
+                           ("nbest", {"type": "integer", "maximum": widest}, recipe.nbest <= widest))
+        aligning = [_object(("alignment", {"const": True}, False)), _object(("alignment_layer", NULL, True))]
+        return {"allOf": [{"anyOf": [*searches, sampling]}, {"anyOf": aligning},
+                          {"properties": {"alignment_layer": {"maximum": self.decoder_layers - 1}}}]}
+
+    async def translate(self, text: list[str], options: dict[str, Any], arrived: float) -> list[dict[str, object]]:
+        """The translations of a request's sentences, each as `mtx translate --format jsonl` writes a line;
+        `arrived`: when the request did (time.monotonic()), from which its timeout counts."""
         from mtx.decode.output import json_object
 
-        started = time.monotonic()
         job = self.job(text, options)
         if self.batcher is None:
             raise RequestError(503, "the server is loading: retry shortly", retry_after=1)
@@ -192,7 +244,7 @@ class TranslationService:
                                "--max-queue): retry later.", retry_after=e.retry_after) from None
         except Draining:
             raise RequestError(503, "the server is shutting down.", retry_after=1) from None
-        left = self.limits.timeout - (time.monotonic() - started)
+        left = self.limits.timeout - (time.monotonic() - arrived)
         try:
             nbests = await asyncio.wait_for(asyncio.wrap_future(future), timeout=max(left, 0.001))
         except asyncio.TimeoutError:
@@ -208,3 +260,12 @@ class TranslationService:
         decode, alignment_layer = job.options
         return [json_object(nbest, self.tokenizer, decode.nbest > 1, alignment_layer is not None, with_flags=True)
                 for nbest in nbests]
+
+
+def _object(*rules: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:
+    """JSON Schema of an object whose every (name, schema, unset_passes) holds: its field `name` matches `schema`
+    (which admits no null, unless it is NULL: the field must be unset) or, where `unset_passes` (its recipe's value
+    would match), is absent or null."""
+    required = [name for name, _, unset_passes in rules if not unset_passes]
+    return {"properties": {name: {"anyOf": [NULL, schema]} if unset_passes and schema != NULL else schema
+                           for name, schema, unset_passes in rules}, **({"required": required} if required else {})}

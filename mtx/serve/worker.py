@@ -6,13 +6,17 @@ with the event loop that reads and answers requests. Separate processes decode s
 share of the CPU threads (as `mtx translate --threads` decodes batches side by side), or one with the GPU.
 
 The server's process sends a batch (its sentences, their indices for sampling's draws, the decoding options)
-through a pipe and gets the n-best lists back; spawned, not forked, so no PyTorch thread pool is inherited.
+through a pipe and gets the n-best lists back; spawned, not forked, so no PyTorch thread pool is inherited. A
+batch's error comes back with its traceback, formatted in the worker (a traceback cannot be pickled), as the
+error's cause: the server's log then shows where in the worker it arose, not only where the server re-raised it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import signal
+import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -26,6 +30,11 @@ from mtx.serve.events import log_event
 WARM_UP = ["Hello.", "The old friends met again in the small town where they had grown up, and talked for hours."]
 
 
+class WorkerTraceback(Exception):
+    """The traceback of an error in a worker's process, as that process formatted it: the cause of the error the
+    server's process raises in its place, so that formatting that error shows both (as concurrent.futures does)."""
+
+
 class WorkerDied(MtxError):
     """A decoding worker's process ended while it decoded a batch (killed for memory, a crash); `restarted`: a
     new one took its place, so only that batch's requests are lost."""
@@ -37,7 +46,11 @@ class WorkerDied(MtxError):
 
 def serve_batches(connection: Connection, checkpoints: Sequence[Path], device: str, dtype: Dtype, threads: int,
                   batch_tokens: int) -> None:
-    """The worker process: load and warm up, say so, then decode each batch received until told to stop (None)."""
+    """The worker process: load and warm up, say so, then decode each batch received until told to stop (None).
+
+    Ctrl-C reaches every process of the terminal's group, this one too: it is the server's to drain, which then
+    stops the workers once they have decoded what is queued, so here it is ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
     from mtx.decode.flags import FlagThresholds
@@ -58,13 +71,23 @@ def serve_batches(connection: Connection, checkpoints: Sequence[Path], device: s
         connection.send(("failed", str(e) if isinstance(e, MtxError) else f"{type(e).__name__}: {first_line(e)}"))
         return
     connection.send(("ready", None))
-    while (batch := connection.recv()) is not None:
+    while (batch := _next_batch(connection)) is not None:
         sentences, lines, (decode, alignment_layer) = batch
         try:
             with torch.inference_mode():
                 connection.send(("done", translator(decode, alignment_layer).translate(sentences, lines)))
-        except Exception as e:  # the server's process answers the batch's requests with it
-            connection.send(("error", e if _picklable(e) else RuntimeError(f"{type(e).__name__}: {e}")))
+        except Exception as e:  # the server's process answers the batch's requests with it, and logs where it arose
+            error = e if _picklable(e) else RuntimeError(f"{type(e).__name__}: {e}")
+            connection.send(("error", (error, traceback.format_exc())))
+
+
+def _next_batch(connection: Connection) -> tuple | None:
+    """The next batch from the server's process; None when it says stop, or when it is gone (killed: the pipe's
+    other end closed), after which there is no one to decode for."""
+    try:
+        return connection.recv()
+    except (EOFError, OSError):
+        return None
 
 
 def _picklable(error: Exception) -> bool:
@@ -115,7 +138,8 @@ class WorkerProcess:
         except (EOFError, OSError):  # the process is gone (BrokenPipeError, ConnectionResetError, EOF)
             raise self._restart() from None
         if kind == "error":
-            raise value
+            error, worker_traceback = value
+            raise error from WorkerTraceback(f"in decoding worker {self.number}:\n{worker_traceback}")
         return value
 
     def stop(self) -> None:
