@@ -219,7 +219,7 @@ def test_config_keys_lists_every_key_and_a_recipes_own_values(tmp_path: Path) ->
     assert "train.lr  (a number, positive; default 7.0e-04)  — this recipe: 0.002\n" in mine.stdout
     assert "train.max_steps  (an integer, at least 1; default 100000)  — this recipe: 10\n" in mine.stdout
     assert "train.warmup  (an integer, at least 0; default 4000)\n" in mine.stdout  # the default: nothing to mark
-    assert ("model.d_model  (an integer or null, at least 1; default (the preset's))  — this recipe: 256\n"
+    assert ("model.d_model  (an integer or null, in [1, 131072]; default (the preset's))  — this recipe: 256\n"
             in mine.stdout)
     assert "data.source.hf.path  (a string; required)\n" in mine.stdout  # no hf source: no value
 

@@ -258,7 +258,7 @@ def test_errors_are_clear(tmp_path: Path) -> None:
         with pytest.raises(MtxError, match=r"train.device = 'cuda' but PyTorch sees no CUDA GPU"):
             train(recipe(path, device="cuda"))
     with pytest.raises(MtxError, match=r"The model has [\d,]+ parameters: .* need [\d,.]+ GiB, more than"):
-        train(load_recipe(path, ["model.d_model=400000", "model.heads=1"]))
+        train(load_recipe(path, ["model.d_model=131072", "model.heads=1"]))
 
 
 @pytest.mark.slow

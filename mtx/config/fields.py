@@ -44,8 +44,9 @@ class Bounds:
     def phrase(self, with_note: bool = True) -> str:
         """The rule in words: "at least 1", "positive", "in (0, 1]", "at least 0 (0 disables it)"."""
         low, high = _number(self.low), _number(self.high)
-        if self.low is not None and self.high is not None:
-            words = f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if self.low is not None and self.high is not None:  # no thousands' commas among the interval's own
+            ends = _number(self.low, commas=False), _number(self.high, commas=False)
+            words = f"in {'(' if self.low_open else '['}{ends[0]}, {ends[1]}{')' if self.high_open else ']'}"
         elif self.low is not None and self.low_open:
             words = "positive" if self.low == 0 else f"more than {low}"
         elif self.low is not None:
@@ -66,8 +67,10 @@ class Bounds:
         return schema
 
 
-def _number(value: float | None) -> str:
-    return "" if value is None else f"{value:g}" if isinstance(value, float) else f"{value:,}"
+def _number(value: float | None, commas: bool = True) -> str:
+    if value is None:
+        return ""
+    return f"{value:g}" if isinstance(value, float) else f"{value:,}" if commas else str(value)
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,
