@@ -57,13 +57,13 @@ def test_draws_follow_the_distribution_and_the_filters() -> None:
     u = uniforms(1, torch.arange(20000), torch.zeros(20000, dtype=torch.long), 0)
     counts = torch.bincount(draw(log_probs, u), minlength=5) / 20000
     torch.testing.assert_close(counts, probs, atol=0.015, rtol=0)
-    kept = filtered(probs.log().unsqueeze(0), 1.0, 2, 1.0).exp().float()  # top-2, renormalised
+    kept = filtered(probs.log().unsqueeze(0), 1.0, 2, 1.0).exp()  # top-2, renormalised
     torch.testing.assert_close(kept, torch.tensor([[0.625, 0.375, 0, 0, 0]]))
-    nucleus = filtered(probs.log().unsqueeze(0), 1.0, 0, 0.7).exp().float()  # 0.5 is short of 0.7, 0.5 + 0.3 is not
+    nucleus = filtered(probs.log().unsqueeze(0), 1.0, 0, 0.7).exp()  # 0.5 is short of 0.7, 0.5 + 0.3 is not
     torch.testing.assert_close(nucleus, torch.tensor([[0.625, 0.375, 0, 0, 0]]))
-    wider = filtered(probs.log().unsqueeze(0), 1.0, 0, 0.85).exp()[0].float()  # 0.8 is short of 0.85: one more
+    wider = filtered(probs.log().unsqueeze(0), 1.0, 0, 0.85).exp()[0]  # 0.8 is short of 0.85: one more
     torch.testing.assert_close(wider, torch.tensor([0.5, 0.3, 0.15, 0, 0]) / 0.95)
-    hot = filtered(probs.log().unsqueeze(0), 2.0, 0, 1.0).exp()[0].float()
+    hot = filtered(probs.log().unsqueeze(0), 2.0, 0, 1.0).exp()[0]
     torch.testing.assert_close(hot[:4], probs[:4].sqrt() / probs[:4].sqrt().sum())
 
 

@@ -12,9 +12,10 @@ numbers; the probabilities they are compared with are the model's, which agree a
 float rounding, so a sample can differ only where a uniform number falls within that rounding of a boundary
 between two tokens.
 
-The filters are the usual ones, applied in this order to the model's log-probabilities: a temperature T divides
-them (T < 1 sharpens the distribution, T > 1 flattens it), top-k keeps the k most probable tokens, top-p (nucleus
-sampling, Holtzman et al., 2020) the fewest most probable tokens whose probabilities sum to at least p.
+The filters are the usual ones, applied to the model's log-probabilities: top-k keeps the k most probable tokens
+(the same k whether before or after the temperature, which keeps their order), a temperature T divides them (T < 1
+sharpens the distribution, T > 1 flattens it), top-p (nucleus sampling, Holtzman et al., 2020) keeps the fewest most
+probable tokens whose tempered probabilities sum to at least p.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from torch import Tensor
 
 MASK32 = 0xFFFFFFFF
+TEMPERATURES = (1e-30, 1e30)  # the temperatures that float32 tells apart: see `filtered`
 
 
 def _mul32(x: Tensor, constant: int) -> Tensor:
@@ -62,22 +64,24 @@ def uniforms(seed: int, lines: Tensor, samples: Tensor, step: int) -> Tensor:
 
 
 def filtered(log_probs: Tensor, temperature: float, topk: int, topp: float) -> Tensor:
-    """The distribution to draw from, as float64 log-probabilities (N, V) with -inf for what the filters leave out.
+    """The distribution to draw from, as log-probabilities (N, V) with -inf for what the filters leave out.
 
-    Every temperature > 0 and every p in (0, 1] has a meaning, and gets it: float32 would make a temperature of
-    1e-300 zero and one of 1e300 infinite, so the arithmetic is float64. The log-probabilities are shifted so each
-    row's most probable token is at 0 before they are divided: as T → 0 the others fall to -inf and the draw
-    becomes the most probable token (greedy), as T → ∞ they rise to 0 and it becomes uniform over the tokens the
-    search allows; a forbidden token stays at -inf. Top-p keeps at least the most probable token, however small p.
+    Every temperature > 0 and every p in (0, 1] has a meaning, and gets it. The temperature is first brought into
+    `TEMPERATURES`, which changes no draw: in float32, every temperature below 1e-30 already gives the most probable
+    token all the probability (two distinct log-probabilities of one distribution differ by at least float32's
+    spacing at log 1/2, about 6e-8, so divided they lie 1e22 apart), and every one above 1e30 a flat distribution
+    over the tokens the search allows (a model's finite log-probabilities lie within about 1e4 of its best, so
+    divided they lie within 1e-26 of it, which float32 cannot tell from 0 beside 1). Unbrought, a temperature of
+    1e-300 would be 0 in float32 and one of 1e300 infinite, and the log-probabilities NaN. Top-k is applied
+    before it, which keeps the tokens' order and so the same k. Top-p keeps at least the most probable token,
+    however small p, so a p that float32 rounds to 0 still leaves one.
     """
-    scores = log_probs.double()
-    if temperature != 1.0:
-        allowed = scores.isfinite()
-        best = scores.amax(dim=1, keepdim=True)
-        scores = torch.where(allowed, (scores - best) / temperature, -torch.inf)
+    scores = log_probs.clone()
     if 0 < topk < scores.shape[1]:
         kth = scores.topk(topk, dim=1).values[:, -1:]
         scores.masked_fill_(scores < kth, -torch.inf)
+    if temperature != 1.0:
+        scores /= min(max(temperature, TEMPERATURES[0]), TEMPERATURES[1])
     scores = scores.log_softmax(dim=1)
     if topp < 1.0:
         ordered, order = scores.sort(dim=1, descending=True)
