@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from mtx import __version__
+from mtx.config.fields import parse_duration
 from mtx.config.keys import all_keys, format_keys, type_name
 from mtx.config.loading import load_recipe, parse_override
-from mtx.config.recipe import ConfigError, DecodeConfig, parse_duration
+from mtx.config.recipe import ConfigError, DecodeConfig
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
 GOOD = """\

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+import typing
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -390,10 +391,12 @@ def test_the_openapi_document_states_each_bound_and_limit_and_the_server_keeps_t
 
     schema = request_schema(limited)
     properties = schema["properties"]
-    # Each option's range is the one its field declares (mtx.config.fields); beam and nbest are also capped by
-    # --max-beam, text by --max-sentences and --max-chars (this server's: 16, 8 and 40).
+    # Each option's range is the one its field declares (mtx.config.fields), a float's open side bounded by the
+    # largest finite float; beam and nbest are also capped by --max-beam, text by --max-sentences and --max-chars
+    # (this server's: 16, 8 and 40).
+    types = {**typing.get_type_hints(DecodeConfig), **typing.get_type_hints(RequestOptions)}
     for f in (*dataclasses.fields(DecodeConfig), *dataclasses.fields(RequestOptions)):
-        declared = bounds_of(f).json_schema() if bounds_of(f) else {}
+        declared = bounds_of(f).json_schema(finite=types[f.name] is float) if bounds_of(f) else {}
         if f.name in ("beam", "nbest"):
             declared["maximum"] = 16
         assert {k: properties[f.name][k] for k in properties[f.name] if "imum" in k} == declared, f.name

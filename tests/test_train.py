@@ -20,8 +20,9 @@ from rich.console import Console
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mtx.checkpoint import load_checkpoint, step_checkpoints
+from mtx.config.fields import parse_duration
 from mtx.config.loading import load_recipe
-from mtx.config.recipe import TrainConfig, parse_duration
+from mtx.config.recipe import TrainConfig
 from mtx.data.prepare import prepare
 from mtx.errors import MtxError
 from mtx.train.trainer import learning_rate, train

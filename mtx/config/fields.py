@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,13 +59,19 @@ class Bounds:
             words = "a finite number"
         return f"{words} ({self.note})" if self.note and with_note else words
 
-    def json_schema(self) -> dict[str, float]:
-        """The bounds as JSON Schema's keywords (minimum, exclusiveMinimum, maximum, exclusiveMaximum)."""
+    def json_schema(self, finite: bool = False) -> dict[str, float]:
+        """The bounds as JSON Schema's keywords (minimum, exclusiveMinimum, maximum, exclusiveMaximum); `finite`,
+        for a float: an open side bounded by the largest finite float, as JSON's numbers have no bound of their
+        own and one beyond it reads as infinite, which no float field takes."""
         schema: dict[str, float] = {}
         if self.low is not None:
             schema["exclusiveMinimum" if self.low_open else "minimum"] = self.low
+        elif finite:
+            schema["minimum"] = -sys.float_info.max
         if self.high is not None:
             schema["exclusiveMaximum" if self.high_open else "maximum"] = self.high
+        elif finite:
+            schema["maximum"] = sys.float_info.max
         return schema
 
 
@@ -132,3 +140,17 @@ def check_bounds(section: Any, key: str) -> None:
     for name, problem in bounds_problems(section):
         field_ = next(f for f in dataclasses.fields(section) if f.name == name)
         check(False, f"{key}.{recipe_key(field_)}" if key else recipe_key(field_), getattr(section, name), problem)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def parse_duration(text: str, key: str = "duration") -> float:
+    """Seconds in "12h", "90m", "45s", "2d" or a bare number of seconds."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ConfigError(f"{key} = {text!r} is not a duration: write e.g. \"12h\", \"90m\" or \"3600s\".")
+    seconds = float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{key} = {text!r} is longer than any clock can count: write e.g. \"12h\" or \"2d\".")
+    return seconds

@@ -11,7 +11,6 @@ value. Reading YAML into these classes is mtx.config.loading's job. This module 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import typing
 from collections.abc import Callable
@@ -19,7 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from mtx.config.fields import Bounds, ConfigError, bounds_problems, check, check_bounds, recipe_key, setting
+from mtx.config.fields import (
+    Bounds,
+    ConfigError,
+    bounds_problems,
+    check,
+    check_bounds,
+    parse_duration,
+    recipe_key,
+    setting,
+)
 from mtx.errors import MtxError
 
 # --------------------------------------------------------------------------------------------------- model
@@ -441,20 +449,6 @@ class TrainConfig:
                self.init_from_state, "applies only with train.init_from")
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-
-
-def parse_duration(text: str, key: str = "duration") -> float:
-    """Seconds in "12h", "90m", "45s", "2d" or a bare number of seconds."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise ConfigError(f"{key} = {text!r} is not a duration: write e.g. \"12h\", \"90m\" or \"3600s\".")
-    seconds = float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
-    if not math.isfinite(seconds):
-        raise ConfigError(f"{key} = {text!r} is longer than any clock can count: write e.g. \"12h\" or \"2d\".")
-    return seconds
-
-
 # -------------------------------------------------------------------------------------------------- decode
 
 
@@ -517,17 +511,20 @@ class DecodeConfig:
         """As the recipe section `key`: `decode.beam = 0 must be at least 1.`"""
         self._validate(lambda name: f"{key}.{name}", " = ", ConfigError)
 
-    def validate_flags(self) -> None:
+    def validate_flags(self, vocabulary: int | None = None) -> None:
         """As command-line flags: `--beam 0 must be at least 1.`, `--max-len-a -1.0 must be at least 0.`"""
-        self._validate(lambda name: "--" + name.replace("_", "-"), " ", MtxError)
+        self._validate(lambda name: "--" + name.replace("_", "-"), " ", MtxError, vocabulary)
 
-    def _validate(self, spell: Callable[[str], str], separator: str, error: type[MtxError]) -> None:
-        if (problem := self.first_problem(spell, separator)) is not None:
+    def _validate(self, spell: Callable[[str], str], separator: str, error: type[MtxError],
+                  vocabulary: int | None = None) -> None:
+        if (problem := self.first_problem(spell, separator, vocabulary)) is not None:
             raise error(problem[1])
 
-    def first_problem(self, spell: Callable[[str], str], separator: str) -> tuple[str, str] | None:
+    def first_problem(self, spell: Callable[[str], str], separator: str,
+                      vocabulary: int | None = None) -> tuple[str, str] | None:
         """The first value the search cannot honour, as (its field's name, a message naming the field as `spell`
-        writes names: a recipe key, a flag, a request's JSON field); None if every value is fine."""
+        writes names: a recipe key, a flag, a request's JSON field); None if every value is fine. `vocabulary`:
+        the model's size, where one is at hand, which no beam may exceed."""
         def problem(name: str, what: str) -> tuple[str, str]:
             return name, f"{spell(name)}{separator}{getattr(self, name)!r} {what}."
 
@@ -536,6 +533,9 @@ class DecodeConfig:
             return problem("lenpen_style", f"is not one of {', '.join(styles)}")
         for name, what in bounds_problems(self):
             return problem(name, what)
+        if vocabulary is not None and self.beam > vocabulary:
+            return problem("beam", f"is more than the model's {vocabulary:,} vocabulary tokens: beams are distinct "
+                           "continuations, so there cannot be more")
         if not self.sampling and self.nbest > self.beam:
             return problem("nbest", f"must be between 1 and {spell('beam')} ({self.beam})")
         if not self.sampling:

@@ -97,7 +97,6 @@ class Translator:
     flag_thresholds: FlagThresholds | None = None  # flag doubtful translations (mtx.decode.flags); None: do not
 
     def __post_init__(self) -> None:
-        self.decode.validate_flags()
         if self.batch_tokens < 1:
             raise MtxError(f"--batch-tokens {self.batch_tokens} must be at least 1.")
         self.models: list[Transformer] = [self.model] if isinstance(self.model, Transformer) else list(self.model)
@@ -105,9 +104,7 @@ class Translator:
         if any(model.vocab_size != first.vocab_size for model in self.models):
             raise MtxError("The models of an ensemble must share a vocabulary, but their sizes are "
                            f"{', '.join(f'{model.vocab_size:,}' for model in self.models)}.")
-        if self.decode.beam > first.vocab_size:
-            raise MtxError(f"--beam {self.decode.beam} is more than the model's {first.vocab_size:,} "
-                           "vocabulary tokens: beams are distinct continuations, so there cannot be more.")
+        self.decode.validate_flags(first.vocab_size)
         layers = len(first.decoder_layers)
         if self.alignment_layer is not None and not 0 <= self.alignment_layer < layers:
             raise MtxError(f"--alignment-layer {self.alignment_layer} is not a layer of this model, whose "

@@ -87,7 +87,8 @@ def request_model(limits: Limits) -> type[BaseModel]:
              "alignment_layer": "Only with alignment; one of the model's decoder layers."}
 
     def option(f: dataclasses.Field, kind: Any, default: Any, suffix: str = "") -> tuple[Any, Any]:
-        schema = bounds.json_schema() if (bounds := bounds_of(f)) is not None else {}
+        finite = kind in (float, float | None)
+        schema = bounds.json_schema(finite) if (bounds := bounds_of(f)) is not None else {}
         if f.name in caps:
             schema["maximum"] = min(schema.get("maximum", caps[f.name]), caps[f.name])
         description = " ".join(part for part in (f.metadata["help"], notes.get(f.name), suffix) if part)

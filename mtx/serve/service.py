@@ -155,7 +155,7 @@ class TranslationService:
                                    f"{limits.max_chars:,} per sentence (--max-chars): split it.", f"text[{index}]")
         decode_options = {k: v for k, v in options.items() if k in DECODE_OPTIONS}
         decode = DecodeConfig.of_checkpoint(self.checkpoint, **decode_options)
-        problem = decode.first_problem(lambda name: name, " = ")
+        problem = decode.first_problem(lambda name: name, " = ", vocabulary=self.models[0].vocab_size)
         if problem is not None:
             raise RequestError(400, problem[1], problem[0])
         if decode.sampling and decode_options.get("beam", 1) != 1:
@@ -169,11 +169,8 @@ class TranslationService:
         for name, what in bounds_problems(request):
             raise RequestError(400, f"{name} = {getattr(request, name)!r} {what}.", name)
         alignment_layer = self._alignment_layer(request)
-        try:  # the translator's own checks (a beam wider than the vocabulary); it counts a batch's tokens
-            translator = Translator(self.models, self.tokenizer, decode, self.batch_tokens,
-                                    alignment_layer=alignment_layer)
-        except MtxError as e:
-            raise RequestError(400, str(e)) from None
+        # Every option is checked by now: the translator is made to count a batch's tokens as its batches do.
+        translator = Translator(self.models, self.tokenizer, decode, self.batch_tokens, alignment_layer=alignment_layer)
         normalized = [normalize_text(sentence) for sentence in text]
         cost = 0
         for index, ids in enumerate(self.tokenizer.encode_batch(normalized)):
@@ -208,7 +205,8 @@ class TranslationService:
 
         - without sampling: topk, topp and temperature unset, and nbest at most beam (one branch per beam);
         - with sampling: beam unset or 1; with either, beam and nbest at most `max_beam`, however set;
-        - alignment_layer only with alignment, and one of the model's decoder layers.
+        - alignment_layer only with alignment, and one of the model's decoder layers;
+        - beam at most the model's vocabulary.
         """
         if self.decoder_layers is None:
             return {}
@@ -227,7 +225,8 @@ class TranslationService:
                            ("nbest", {"type": "integer", "maximum": widest}, recipe.nbest <= widest))
         aligning = [_object(("alignment", {"const": True}, False)), _object(("alignment_layer", NULL, True))]
         return {"allOf": [{"anyOf": [*searches, sampling]}, {"anyOf": aligning},
-                          {"properties": {"alignment_layer": {"maximum": self.decoder_layers - 1}}}]}
+                          {"properties": {"alignment_layer": {"maximum": self.decoder_layers - 1},
+                                          "beam": {"maximum": self.models[0].vocab_size}}}]}
 
     async def translate(self, text: list[str], options: dict[str, Any], arrived: float) -> list[dict[str, object]]:
         """The translations of a request's sentences, each as `mtx translate --format jsonl` writes a line;

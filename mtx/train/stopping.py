@@ -13,7 +13,8 @@ import math
 import signal
 from typing import Any
 
-from mtx.config.recipe import TrainConfig, parse_duration
+from mtx.config.fields import parse_duration
+from mtx.config.recipe import TrainConfig
 
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGHUP")  # SIGUSR1: SLURM's --signal=USR1@T warning, via torchrun
 

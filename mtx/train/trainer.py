@@ -43,7 +43,8 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from mtx.checkpoint import describe_checkpoint, inference_weights
-from mtx.config.recipe import ModelConfig, Recipe, TrainConfig, parse_duration
+from mtx.config.fields import parse_duration
+from mtx.config.recipe import ModelConfig, Recipe, TrainConfig
 from mtx.data.batching import Batch, BatchPlan, collate, in_background, update_shape
 from mtx.data.bpe_dropout import GROWTH_SAMPLE, BpeDropout, DroppedOutSplit, SegmentingWorkers, growth
 from mtx.data.prepared import load_manifest, load_split
