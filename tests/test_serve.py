@@ -566,6 +566,17 @@ def test_a_checkpoint_that_cannot_load_exits_1_with_the_reason(tmp_path: Path) -
 
 
 @serving
+@pytest.mark.parametrize("flags", [("--timeout", "nan"), ("--timeout", "inf"), ("--max-wait-ms", "nan"),
+                                   ("--max-wait-ms", "-1")])
+def test_a_wait_or_timeout_that_bounds_nothing_is_refused(copy_model: dict, flags: tuple[str, str]) -> None:
+    """NaN passes every comparison's negation: `timeout <= 0` let --timeout nan through to every request."""
+    done = subprocess.run([sys.executable, "-m", "mtx", "serve", "-m", str(copy_model["checkpoint"]), "--port", "0",
+                           *flags], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "must be a finite number ≥ 0 and --timeout" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@serving
 def test_a_port_in_use_is_a_user_error(start, copy_model: dict) -> None:
     server = start()
     result = CliRunner().invoke(app, ["serve", "-m", str(copy_model["checkpoint"]), "--port", str(server.port)])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import signal
 import socket
 import threading
@@ -83,8 +84,10 @@ def serve(
                         ("--max-sentences", max_sentences), ("--max-chars", max_chars), ("--max-beam", max_beam)):
         if value < 1:
             raise MtxError(f"{flag} {value} must be at least 1.")
-    if max_wait_ms < 0 or timeout <= 0:
-        raise MtxError(f"--max-wait-ms ({max_wait_ms:g}) must be ≥ 0 and --timeout ({timeout:g}) positive.")
+    # Written so that NaN fails too, and infinity: a wait or a timeout for ever is no bound at all.
+    if not (0 <= max_wait_ms < math.inf and 0 < timeout < math.inf):
+        raise MtxError(f"--max-wait-ms ({max_wait_ms:g}) must be a finite number ≥ 0 and --timeout ({timeout:g}) a "
+                       "finite number of seconds above 0.")
     limits = Limits(max_sentences=max_sentences, max_chars=max_chars, max_beam=max_beam, timeout=timeout)
     service = TranslationService(model, device=device, dtype=dtype, threads=torch.get_num_threads(),
                                  batch_tokens=batch_tokens, max_wait=max_wait_ms / 1000, max_queue=max_queue,
