@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -199,17 +200,7 @@ def create_app(service: TranslationService, on_failed_load: Callable[[], None]) 
             return _error(request, e)
         return Response(json.dumps({"translations": translations}, ensure_ascii=False), media_type="application/json")
 
-    def openapi() -> dict[str, Any]:
-        """FastAPI's document, with the body of POST /translate that FastAPI does not see (`translate` reads it):
-        the request model's schema and the rules that only the loaded model can state (its recipe's options stand
-        for the unset ones, its layers bound alignment_layer)."""
-        document = copy.deepcopy(FastAPI.openapi(app))
-        schema = {**model.model_json_schema(), **service.request_rules()}
-        document["paths"]["/translate"]["post"]["requestBody"] = {
-            "required": True, "content": {"application/json": {"schema": schema}}}
-        return document
-
-    app.openapi = openapi
+    app.openapi = functools.partial(_openapi_document, app, model, service)
 
     @app.get("/health", response_model=Health, responses={503: {"model": Health, "description": "Not ready."}})
     async def health() -> JSONResponse:
@@ -234,6 +225,17 @@ def create_app(service: TranslationService, on_failed_load: Callable[[], None]) 
                                    swagger_favicon_url="/docs/static/favicon-32x32.png")
 
     return app
+
+
+def _openapi_document(app: FastAPI, model: type[BaseModel], service: TranslationService) -> dict[str, Any]:
+    """FastAPI's document, with the body of POST /translate that FastAPI does not see (`translate` reads it): the
+    request model's schema and the rules that only the loaded model can state (its recipe's options stand for the
+    unset ones, its layers bound alignment_layer)."""
+    document = copy.deepcopy(FastAPI.openapi(app))
+    schema = {**model.model_json_schema(), **service.request_rules()}
+    document["paths"]["/translate"]["post"]["requestBody"] = {
+        "required": True, "content": {"application/json": {"schema": schema}}}
+    return document
 
 
 async def _refused(request: Request, error: StarletteHTTPException) -> JSONResponse:
