@@ -223,6 +223,7 @@ def test_the_pages_tables_hold_the_runs(runs: dict[str, Path], clockless: Path) 
         f"{a.manifest['filter']['kept']:,}", f"{b.manifest['filter']['kept']:,}"]
     assert "dropped: duplicate" in data
     assert [row[4] for row in parsed.tables["valid-0"][1:]] == ["12.00", "25.00", "31.00"]
+    assert [row[5] for row in parsed.tables["valid-0"][1:]] == ["0.600", "1.250", "1.550"]  # the length ratios
     assert f"{clockless}: metrics.jsonl has no training clock" in text
     assert "<script" not in text and "<link" not in text and not re.search(r"(src|href)=\"(?!data:)", text)
 

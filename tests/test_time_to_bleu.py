@@ -159,7 +159,7 @@ def test_tensorboard_holds_the_curves_of_metrics_jsonl_once_across_a_resume(tmp_
     expected = {f"train/{field}": [(e["step"], e[field]) for e in lines(metrics, "train")]
                 for field in ("loss", "nll", "ppl", "lr", "grad_norm", "tokens_per_s", "skipped_steps")}
     expected |= {f"valid/{field}": [(e["step"], e[f"valid_{field}"]) for e in lines(metrics, "valid")]
-                 for field in ("loss", "nll", "ppl", "bleu")}
+                 for field in ("loss", "nll", "ppl", "bleu", "length_ratio")}
     assert sorted(board.Tags()["scalars"]) == sorted(expected)
     for tag, points in expected.items():
         shown = [(point.step, point.value) for point in board.Scalars(tag)]

@@ -389,8 +389,9 @@ def test_validation_decodes_in_the_trainings_precision(tmp_path: Path, monkeypat
     monkeypatch.setattr(mtx.decode.translator, "translate_sentences", recorded)
     monkeypatch.setattr(mtx.train.trainer, "allow_tf32", tf32.append)
     trainer = mtx.train.trainer.Trainer(recipe(prepared(tmp_path), precision=precision), distributed.setup("cpu"))
-    loss, _, bleu = trainer.validator.run()
-    assert decoded and set(decoded) == {decoded_in} and 0.0 <= bleu <= 100.0 and loss > 0
+    scores = trainer.validator.run()
+    assert decoded and set(decoded) == {decoded_in} and 0.0 <= scores.bleu <= 100.0 and scores.loss > 0
+    assert scores.length_ratio >= 0
     assert tf32 == ([torch.device("cpu")] if precision == "fp32" else [])
 
 
@@ -622,11 +623,17 @@ def test_max_epochs_stops_at_the_end_of_an_epoch_and_resumes_to_the_next(tmp_pat
 
 
 def scripted_bleu(monkeypatch, scores: list[float]) -> None:
-    """Validation BLEU follows `scores`, one per validation; the valid loss is computed for real."""
+    """Validation BLEU follows `scores`, one per validation, with a length ratio of BLEU / 20; the valid loss is
+    computed for real."""
     import mtx.train.validation
 
     remaining = iter(scores)
-    monkeypatch.setattr(mtx.train.validation.Validator, "_valid_bleu", lambda validator: next(remaining))
+
+    def scripted(validator) -> tuple[float, float]:
+        bleu = next(remaining)
+        return bleu, bleu / 20
+
+    monkeypatch.setattr(mtx.train.validation.Validator, "_valid_bleu", scripted)
 
 
 def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, monkeypatch, capfd) -> None:
@@ -642,7 +649,9 @@ def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, 
     assert [(e["step"], e["valid_bleu"], e["best_bleu"]) for e in events(metrics, "valid")] == [
         (2, 10.0, 10.0), (4, 20.0, 20.0), (6, 15.0, 20.0), (8, 20.0, 20.0), (10, 12.0, 20.0)]
     for event in events(metrics, "valid"):
-        assert sorted(event) == ["best_bleu", "step", "tokens", "valid_bleu", "valid_loss", "valid_nll", "valid_ppl"]
+        assert sorted(event) == ["best_bleu", "step", "tokens", "valid_bleu", "valid_length_ratio", "valid_loss",
+                                 "valid_nll", "valid_ppl"]
+        assert event["valid_length_ratio"] == event["valid_bleu"] / 20
         assert event["valid_ppl"] == pytest.approx(math.exp(event["valid_nll"]))
         assert event["valid_loss"] > event["valid_nll"] > 0  # label smoothing adds to the nll
     best = load_checkpoint(checkpoints / "best.pt")

@@ -225,10 +225,11 @@ def validations_section(runs: Sequence[Run]) -> str:
     text = "<h2>Validations</h2>\n"
     for n, run in enumerate(runs):
         rows = [[f"{line['step']:,}", duration(line.get("seconds")), number(line.get("valid_loss"), 4),
-                 number(line.get("valid_ppl"), 3), number(line.get("valid_bleu"), 2), count(line.get("tokens"))]
+                 number(line.get("valid_ppl"), 3), number(line.get("valid_bleu"), 2),
+                 number(line.get("valid_length_ratio"), 3), count(line.get("tokens"))]
                 for line in run.valid]
         text += (f"<details><summary>{html.escape(run.label)}: {len(rows)} validations</summary>\n"
                  + table(f"valid-{n}", ["step", "training time", "valid loss", "valid ppl",
-                                                      "valid BLEU", "target tokens"], rows)
+                                                      "valid BLEU", "length ratio", "target tokens"], rows)
                  + "</details>\n")
     return text

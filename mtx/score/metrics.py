@@ -28,14 +28,22 @@ TOKENIZERS = ("13a", "intl", "zh", "none")
 BOOTSTRAP_SAMPLES = 1000
 
 def corpus_bleu(hyps: list[str], refs: list[list[str]] | list[str], tokenize: str = "13a") -> float:
-    """sacreBLEU's corpus BLEU (0-100) of detokenized hypotheses: what the trainer logs as valid BLEU.
+    """sacreBLEU's corpus BLEU (0-100) of detokenized hypotheses.
 
     `refs` is one list of reference lines, or a list of reference streams (one list per reference set).
     """
+    return corpus_bleu_and_ratio(hyps, refs, tokenize)[0]
+
+
+def corpus_bleu_and_ratio(hyps: list[str], refs: list[list[str]] | list[str], tokenize: str = "13a"
+                          ) -> tuple[float, float]:
+    """BLEU and its length ratio (the hypotheses' tokens ÷ the references', sacreBLEU's `ratio`): what the
+    trainer logs at each validation, where outputs that run short show first."""
     streams = _reference_streams(refs)
     _check_tokenizer(tokenize)
     check_line_counts([("hypotheses", hyps)] + [(f"reference {k + 1}", s) for k, s in enumerate(streams)])
-    return BLEU(tokenize=tokenize).corpus_score(hyps, streams).score
+    scored = BLEU(tokenize=tokenize).corpus_score(hyps, streams)
+    return scored.score, scored.ratio
 
 
 def score(

@@ -1,8 +1,8 @@
 """TensorBoard event files of a run's learning curves, under runs/<name>/tensorboard/, from rank 0.
 
 The scalars are the train and valid lines of metrics.jsonl, against the step: the training loss, nll,
-perplexity, learning rate, gradient norm, throughput and skipped updates, and the valid loss, nll, perplexity
-and BLEU. TensorBoard is an optional extra (`pip install 'mtx[tensorboard]'`); a recipe that asks for it
+perplexity, learning rate, gradient norm, throughput and skipped updates, and the valid loss, nll, perplexity,
+BLEU and length ratio. TensorBoard is an optional extra (`pip install 'mtx[tensorboard]'`); a recipe that asks for it
 without the package is refused as the run starts, not at its first log line hours later.
 
 A resumed run logs again the steps after its checkpoint. metrics.jsonl drops its lines of those steps; the
@@ -19,7 +19,7 @@ from mtx.errors import MtxError
 
 SCALARS = {  # the fields of each metrics.jsonl event written as scalars, tagged <event>/<field>
     "train": ("loss", "nll", "ppl", "lr", "grad_norm", "tokens_per_s", "skipped_steps"),
-    "valid": ("valid_loss", "valid_nll", "valid_ppl", "valid_bleu"),
+    "valid": ("valid_loss", "valid_nll", "valid_ppl", "valid_bleu", "valid_length_ratio"),
 }
 
 

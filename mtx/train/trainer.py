@@ -405,14 +405,15 @@ class Trainer:
         return reason
 
     def _validate(self) -> StopReason | None:
-        """Valid loss and BLEU, logged, with the milestones they reach; best.pt and patience follow the BLEU. A
-        stop signal interrupts it: then nothing is recorded and the loop stops, so that the stop does not wait
-        for decoding."""
+        """Valid loss, BLEU and length ratio, logged, with the milestones they reach; best.pt and patience follow
+        the BLEU. A stop signal interrupts it: then nothing is recorded and the loop stops, so that the stop does
+        not wait for decoding."""
         with nullcontext() if self.ema is None else self.ema.in_model():
             scores = self.validator.run()
         if scores is None:
             return StopReason.SIGNAL
-        (loss, nll, bleu), state = scores, self.state
+        loss, nll, bleu, ratio = scores
+        state = self.state
         if improves(bleu, state.best_bleu):
             state.best_bleu, state.bad_validations = bleu, 0
             self._check_lock()
@@ -420,8 +421,8 @@ class Trainer:
         else:
             state.bad_validations += 1
         valid = {"event": "valid", "step": state.step, "valid_loss": loss, "valid_nll": nll,
-                 "valid_ppl": math.exp(min(nll, 100.0)), "valid_bleu": bleu, "best_bleu": state.best_bleu,
-                 "tokens": state.tokens, **self.log.timing(self._elapsed())}
+                 "valid_ppl": math.exp(min(nll, 100.0)), "valid_bleu": bleu, "valid_length_ratio": ratio,
+                 "best_bleu": state.best_bleu, "tokens": state.tokens, **self.log.timing(self._elapsed())}
         self.log.record(valid)
         for milestone in milestones_reached(self.cfg.bleu_milestones, state.milestones, valid):
             state.milestones.append(milestone)

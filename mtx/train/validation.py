@@ -1,4 +1,5 @@
-"""Validation during training: the valid loss and BLEU of the model being trained, shared among the ranks.
+"""Validation during training: the valid loss, BLEU and length ratio of the model being trained, shared among the
+ranks.
 
 The valid loss needs a forward pass per batch; BLEU needs the valid sources decoded, which takes far longer,
 so whether to stop (a stop signal, as the trainer's `stop_requested` tells) is asked between batches and
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import NamedTuple
 
 import torch
 
@@ -25,6 +27,16 @@ from mtx.train.run_data import ValidSet
 VALID_CHUNK = 200  # valid sentences decoded between two looks at `stop_requested`
 
 
+class ValidScores(NamedTuple):
+    """One validation: per-token loss and nll, and the valid decode's BLEU and length ratio (output tokens ÷
+    reference tokens, as sacreBLEU counts them: below 1, outputs run short)."""
+
+    loss: float
+    nll: float
+    bleu: float
+    length_ratio: float
+
+
 class Validator:
     """Scores the model on the valid set, each rank taking every world-th batch and sentence."""
 
@@ -35,17 +47,17 @@ class Validator:
         self.valid, self.model, self.tokenizer, self.autocast = valid, model, tokenizer, autocast
         self.stop_requested = stop_requested
 
-    def run(self) -> tuple[float, float, float] | None:
-        """Per-token valid loss and nll, and BLEU; None if a stop signal cut the validation short."""
+    def run(self) -> ValidScores | None:
+        """The valid scores; None if a stop signal cut the validation short."""
         self.model.eval()
         try:
             valid = self._valid_loss()
-            bleu = self._valid_bleu() if valid is not None else None
+            decoded = self._valid_bleu() if valid is not None else None
         finally:
             self.model.train()
-        if valid is None or bleu is None:
+        if valid is None or decoded is None:
             return None
-        return (*valid, bleu)
+        return ValidScores(*valid, *decoded)
 
     def _valid_loss(self) -> tuple[float, float] | None:
         """Per-token label-smoothed loss and nll over the valid split, its batches shared among the ranks;
@@ -61,11 +73,12 @@ class Validator:
         loss_sum, nll_sum, n_tokens, signalled = distributed.all_reduce_sum(torch.cat([sums.cpu(), stopped])).tolist()
         return None if signalled else (loss_sum / n_tokens, nll_sum / n_tokens)
 
-    def _valid_bleu(self) -> float | None:
-        """BLEU of decoding the valid sources, scored as `mtx score` does; each rank decodes every world-th,
-        `VALID_CHUNK` at a time between looks at the stop signals. None if a rank was signalled to stop."""
+    def _valid_bleu(self) -> tuple[float, float] | None:
+        """BLEU and length ratio of decoding the valid sources, scored as `mtx score` does; each rank decodes
+        every world-th, `VALID_CHUNK` at a time between looks at the stop signals. None if a rank was signalled
+        to stop."""
         from mtx.decode.translator import translate_sentences
-        from mtx.score.metrics import corpus_bleu
+        from mtx.score.metrics import corpus_bleu_and_ratio
 
         rank, world = self.ctx.rank, self.ctx.world
         decode = dataclasses.replace(self.recipe.decode, beam=self.cfg.valid_beam, sampling=False, topk=None, topp=1.0,
@@ -79,5 +92,5 @@ class Validator:
         shards = distributed.all_gather_objects((hyps, self.stop_requested()))
         if any(stopped for _, stopped in shards):
             return None
-        return corpus_bleu([shards[i % world][0][i // world] for i in range(len(self.valid.sources))],
-                           self.valid.refs)
+        return corpus_bleu_and_ratio([shards[i % world][0][i // world] for i in range(len(self.valid.sources))],
+                                     self.valid.refs)
