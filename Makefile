@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 DEMO   := runs/demo
 
-.PHONY: install install-extras test test-fast test-slow lint coverage mutants demo bench gpu-check clean
+.PHONY: install install-extras test test-fast test-slow lint coverage mutants demo bench gpu-check gpu-quality clean
 
 install: $(STAMP)
 
@@ -97,6 +97,17 @@ GPU_CHECK_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 
 gpu-check:
 	OMP_WAIT_POLICY=PASSIVE $(GPU_CHECK_PYTHON) bench/gpu_check.py --device $(DEVICE) $(if $(OUT),--out $(OUT))
+
+# The quality grid at its GPU size (bench/quality.py --size gpu, bench/README.md): no run starts after 6 minutes
+# and all stop at 8 (timeout stops the whole process group; a stopped run resumes), then the summary. On the
+# real-data corpus built where Debian's mirror is reachable: runs/real_corpus/en-de and en-fr travel with the
+# command. With OUT, the results and the table are copied there.
+gpu-quality:
+	mkdir -p runs
+	-OMP_WAIT_POLICY=PASSIVE timeout 480 $(GPU_CHECK_PYTHON) bench/quality.py --size gpu --out runs/quality-gpu \
+		--deadline-minutes 6 > runs/quality-gpu.jsonl
+	$(GPU_CHECK_PYTHON) bench/quality.py --size gpu --out runs/quality-gpu --summary-only
+	$(if $(OUT),cp runs/quality-gpu.jsonl runs/quality-gpu/summary.md $(OUT)/)
 
 clean:
 	rm -rf $(VENV) .bench-venv runs .pytest_cache .ruff_cache mutants mutants.log .coverage .coverage.* coverage-html
