@@ -194,7 +194,8 @@ def test_recipe_lenpen_style_and_nbest_are_defaults_too(trained: dict, tmp_path:
     _, from_recipe = translate_cli(["-m", str(checkpoint)], stdin)
     _, from_flags = translate_cli(["-m", str(trained["checkpoint"]), "--lenpen", "1.5", "--lenpen-style", "fairseq",
                                    "--nbest", "3"], stdin)
-    _, gnmt = translate_cli(["-m", str(trained["checkpoint"]), "--lenpen", "1.5", "--nbest", "3"], stdin)
+    _, gnmt = translate_cli(["-m", str(trained["checkpoint"]), "--lenpen", "1.5", "--lenpen-style", "gnmt",
+                             "--nbest", "3"], stdin)
     assert from_recipe == from_flags != gnmt
     assert all(len(line.split("\t")) == 6 for line in from_recipe)
 
@@ -535,7 +536,8 @@ def test_alignment_leaves_the_search_unchanged(trained: dict, dtype: str) -> Non
 def test_jsonl_has_one_object_per_line_with_the_texts_tokens_and_log_probs_of_the_plain_output(trained: dict) -> None:
     """--format jsonl: as many lines as the input, each a JSON object whose text and score are those of the
     plain --nbest output; its tokens spell the text and end in </s>, with one log-probability each, summing
-    to the score times the length penalty (GNMT, α = 0.6, |Y| counting EOS); an empty line has no tokens."""
+    to the score times the length penalty (the recipe's α = 0.6 in the default style, fairseq's |Y|^α, |Y|
+    counting EOS); an empty line has no tokens."""
     held_out = trained["held_out"][:6]
     stdin = "".join(f"{s}\n" for s in [held_out[0], "", *held_out[1:]]).encode()
     checkpoint = str(trained["checkpoint"])
@@ -551,8 +553,7 @@ def test_jsonl_has_one_object_per_line_with_the_texts_tokens_and_log_probs_of_th
         for h in obj["nbest"]:
             assert h["tokens"][-1] == "</s>" and "".join(h["tokens"][:-1]).strip() == h["text"]
             assert len(h["token_log_probs"]) == len(h["tokens"]) and max(h["token_log_probs"]) <= 0
-            lp = ((5 + len(h["tokens"])) / 6) ** 0.6
-            assert sum(h["token_log_probs"]) / lp == pytest.approx(h["score"], abs=1e-4)
+            assert sum(h["token_log_probs"]) / len(h["tokens"]) ** 0.6 == pytest.approx(h["score"], abs=1e-4)
         if obj["nbest"]:
             assert {k: obj[k] for k in ("text", "score", "tokens", "token_log_probs")} == obj["nbest"][0]
 

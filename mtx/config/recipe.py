@@ -462,7 +462,8 @@ MAX_LENPEN = 10.0
 
 @dataclass
 class DecodeConfig:
-    """How to search; the defaults are the paper's (beam 4, α = 0.6, at most input length + 50 tokens).
+    """How to search: beam 4, at most input + 50 tokens (the paper's); lp = |Y|, which beat the paper's
+    ((5 + |Y|) / 6)^0.6 on every seed of bench/quality.py (bench/README.md); the WMT14 recipes keep the paper's.
 
     One set of options for both users: the recipe's `decode:` section, which validation BLEU decodes with
     (at `train.valid_beam`), and `mtx translate`, whose flags override the checkpoint's recipe field by field.
@@ -471,11 +472,11 @@ class DecodeConfig:
 
     beam: int = setting(4, "Beam size; 1 is greedy search.", bounds=AT_LEAST_1)
     lenpen: float = setting(
-        0.6, "Length penalty α: a hypothesis scores log P(Y|X) / lp(|Y|), |Y| counting EOS. At most 10: beyond, lp "
+        1.0, "Length penalty α: a hypothesis scores log P(Y|X) / lp(|Y|), |Y| counting EOS. At most 10: beyond, lp "
         "outgrows the range of the search's float32 scores, which then cannot tell hypotheses apart (the paper: "
-        "0.6; 0 to 2 is the range people tune).", bounds=Bounds(0, MAX_LENPEN))
-    lenpen_style: LengthPenaltyStyle = setting(
-        "gnmt", "lp(|Y|) = ((5 + |Y|) / 6)^α (gnmt: GNMT's, the paper's) or |Y|^α (fairseq).")
+        "0.6 with gnmt; 0 to 2 is the range people tune).", bounds=Bounds(0, MAX_LENPEN))
+    lenpen_style: LengthPenaltyStyle = setting("fairseq", "lp(|Y|) = |Y|^α (fairseq: with α = 1, the mean "
+                                               "log-probability a token) or ((5 + |Y|) / 6)^α (gnmt: the paper's).")
     max_len_a: float = setting(1.0, "Output at most a · source tokens + b tokens (EOS not counted).",
                                bounds=AT_LEAST_0)
     max_len_b: int = setting(50, "See max_len_a.", bounds=AT_LEAST_1)

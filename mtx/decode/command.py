@@ -48,12 +48,12 @@ def translate(
     beam: Annotated[int | None, typer.Option(help="Beam size; 1 is greedy search. [default: the recipe's, 4]")] = None,
     lenpen: Annotated[
         float | None,
-        typer.Option(help="Length penalty α: score = log P(Y|X) / lp(|Y|), |Y| counting EOS. [default: recipe's, 0.6]"),
+        typer.Option(help="Length penalty α: score = log P(Y|X) / lp(|Y|), |Y| counting EOS. [default: recipe's, 1.0]"),
     ] = None,
     lenpen_style: Annotated[
         str | None,
-        typer.Option(metavar="gnmt|fairseq", help="lp(|Y|) = ((5 + |Y|) / 6)^α (GNMT, the paper's) or |Y|^α. "
-                     "[default: recipe's, gnmt]"),
+        typer.Option(metavar="gnmt|fairseq", help="lp(|Y|) = |Y|^α (fairseq) or ((5 + |Y|) / 6)^α (GNMT, the "
+                     "paper's). [default: recipe's, fairseq]"),
     ] = None,
     max_len_a: Annotated[
         float | None, typer.Option(help="Output ≤ a · source tokens + b (EOS not counted). [default: recipe's, 1.0]")
