@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from support import copy_task
 
 # Property tests draw the same examples on every run and machine: a failure is reproduced by running the test
 # again, and a pass never depends on luck. No example database either, so nothing is written into the
@@ -15,10 +16,8 @@ settings.load_profile("mtx")
 
 @pytest.fixture(scope="session")
 def copy_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """The copy-task model (test_translate's) as a checkpoint whose recipe decodes with beam 4, and 40 held-out
+    """The copy-task model (support.copy_task) as a checkpoint whose recipe decodes with beam 4, and 40 held-out
     sentences, in a file too: what `mtx serve`'s tests (test_serve, test_serve_fuzz) serve, trained once."""
-    from test_translate import copy_task
-
     from mtx.checkpoint import make_checkpoint, save_checkpoint
 
     model, tokenizer, held_out = copy_task(40)
@@ -28,3 +27,20 @@ def copy_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     save_checkpoint(make_checkpoint(model, tokenizer.to_str(), {"decode": decode}, 250), checkpoint)
     (folder / "held_out.txt").write_text("".join(f"{s}\n" for s in held_out), encoding="utf-8")
     return dict(checkpoint=checkpoint, held_out=held_out, input=folder / "held_out.txt")
+
+
+@pytest.fixture(scope="module")
+def copying(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The copy-task model (support.copy_task) as a checkpoint whose recipe decodes with beam 4 and α 0.6, and 30
+    held-out sentences in a file: one per test module that asks for it (test_decoding_options, test_edges)."""
+    from mtx.checkpoint import make_checkpoint, save_checkpoint
+
+    model, tokenizer, held_out = copy_task(30)
+    folder = tmp_path_factory.mktemp("options")
+    checkpoint = folder / "copy.pt"
+    save_checkpoint(make_checkpoint(model, tokenizer.to_str(), {"decode": {"beam": 4, "lenpen": 0.6}}, 250),
+                    checkpoint)
+    source = folder / "source.txt"
+    source.write_text("".join(f"{s}\n" for s in held_out), encoding="utf-8")
+    return dict(model=model, tokenizer=tokenizer, held_out=held_out, folder=folder, checkpoint=checkpoint,
+                source=source)

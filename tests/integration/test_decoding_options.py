@@ -1,0 +1,313 @@
+"""`mtx translate` beyond search: sampling (reproducible per line), target prefixes, scoring given translations."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from support import translate_cli
+
+from mtx.config.recipe import DecodeConfig
+from mtx.decode.sampling import draw, filtered, uniforms
+from mtx.decode.translator import Translator
+from mtx.errors import MtxError
+
+
+def run(copying: dict, *flags: str) -> list[str]:
+    result, lines = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), *flags])
+    assert result.exit_code == 0, result.output
+    return lines
+
+
+# ---- the draws
+
+
+def test_uniforms_depend_on_seed_line_sample_and_step_alone() -> None:
+    lines, samples = torch.arange(1000), torch.zeros(1000, dtype=torch.long)
+    u = uniforms(7, lines, samples, 3)
+    assert u.dtype == torch.float64 and bool(((u > 0) & (u < 1)).all()) and len(set(u.tolist())) == 1000
+    assert torch.equal(uniforms(7, lines.flip(0), samples, 3), u.flip(0))  # a row's number ignores its neighbours
+    for other in (uniforms(8, lines, samples, 3), uniforms(7, lines, samples + 1, 3), uniforms(7, lines, samples, 4)):
+        assert not bool(torch.isclose(other, u).any())
+    assert abs(u.mean().item() - 0.5) < 0.03 and abs(u.var().item() - 1 / 12) < 0.01
+
+
+def test_draws_follow_the_distribution_and_the_filters() -> None:
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    log_probs = probs.log().expand(20000, -1)
+    u = uniforms(1, torch.arange(20000), torch.zeros(20000, dtype=torch.long), 0)
+    counts = torch.bincount(draw(log_probs, u), minlength=5) / 20000
+    torch.testing.assert_close(counts, probs, atol=0.015, rtol=0)
+    kept = filtered(probs.log().unsqueeze(0), 1.0, 2, 1.0).exp()  # top-2, renormalised
+    torch.testing.assert_close(kept, torch.tensor([[0.625, 0.375, 0, 0, 0]]))
+    nucleus = filtered(probs.log().unsqueeze(0), 1.0, 0, 0.7).exp()  # 0.5 is short of 0.7, 0.5 + 0.3 is not
+    torch.testing.assert_close(nucleus, torch.tensor([[0.625, 0.375, 0, 0, 0]]))
+    wider = filtered(probs.log().unsqueeze(0), 1.0, 0, 0.85).exp()[0]  # 0.8 is short of 0.85: one more
+    torch.testing.assert_close(wider, torch.tensor([0.5, 0.3, 0.15, 0, 0]) / 0.95)
+    hot = filtered(probs.log().unsqueeze(0), 2.0, 0, 1.0).exp()[0]
+    torch.testing.assert_close(hot[:4], probs[:4].sqrt() / probs[:4].sqrt().sum())
+
+
+# ---- sampling through the command
+
+
+def test_samples_do_not_depend_on_batching_threads_or_shards(copying: dict) -> None:
+    """The same samples, that is: their scores agree to float rounding, which batching changes."""
+    flags = ("--sampling", "--temperature", "3", "--nbest", "3", "--seed", "5")
+
+    def samples(lines: list[str]) -> list[list[str]]:
+        return [line.split("\t")[1::2] for line in lines]
+
+    whole = run(copying, *flags)
+    assert samples(run(copying, *flags, "--batch-tokens", "40", "--threads", "1")) == samples(whole)
+    assert samples(run(copying, *flags, "--batch-tokens", "400", "--threads", "2")) == samples(whole)
+    texts = [text for nbest in samples(whole) for text in nbest]
+    assert len(set(texts)) > 40  # 90 samples of a model at temperature 3: they differ
+    assert samples(run(copying, "--sampling", "--temperature", "3", "--nbest", "3", "--seed", "6")) != samples(whole)
+    shard = copying["folder"] / "shard.txt"
+    shard.write_text("".join(f"{s}\n" for s in copying["held_out"][10:]), encoding="utf-8")
+    result, lines = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(shard), *flags, "--line-offset", "10"])
+    assert samples(lines) == samples(whole)[10:]
+
+
+def test_samples_are_scored_as_beam_search_scores_them(copying: dict) -> None:
+    """A sample's score is the model's log-probability of it (not the tempered one's), length-normalised: the
+    score --score-reference gives the same text."""
+    lines = run(copying, "--sampling", "--seed", "3", "--format", "jsonl")
+    samples = [json.loads(line) for line in lines]
+    references = copying["folder"] / "samples.txt"
+    references.write_text("".join(f"{s['text']}\n" for s in samples), encoding="utf-8")
+    scored = [json.loads(line) for line in run(copying, "--score-reference", str(references), "--format", "jsonl")]
+    same_tokens = [(a, b) for a, b in zip(samples, scored, strict=True) if a["tokens"] == b["tokens"]]
+    assert len(same_tokens) >= 20  # the others are spelt otherwise than the tokenizer spells their text
+    for sample, score in same_tokens:
+        assert sample["score"] == pytest.approx(score["score"], abs=1e-4)
+
+
+# ---- prefixes
+
+
+@pytest.mark.parametrize("flags", [(), ("--beam", "1"), ("--nbest", "3"), ("--sampling", "--temperature", "2")])
+def test_translations_start_with_their_prefix(copying: dict, flags: tuple[str, ...]) -> None:
+    held_out = copying["held_out"]
+    prefixes = ["red green" if i % 3 == 0 else "" for i in range(len(held_out))]
+    prefix_file = copying["folder"] / "prefixes.txt"
+    prefix_file.write_text("".join(f"{p}\n" for p in prefixes), encoding="utf-8")
+    lines = run(copying, "--prefix", str(prefix_file), *flags)
+    plain = run(copying, *flags)
+    for line, prefix, unprefixed in zip(lines, prefixes, plain, strict=True):
+        texts = line.split("\t")[1::2] if "--nbest" in flags else [line]
+        if prefix:
+            assert all(text.startswith(prefix) for text in texts), (prefix, texts)
+        else:
+            assert line == unprefixed  # a line without a prefix is translated as if there were no --prefix
+
+
+def test_the_search_goes_on_from_the_prefix(copying: dict) -> None:
+    """The copy model, forced to start with the sentence's first word, copies the rest: the prefix is where the
+    search goes on from, not text pasted before a translation."""
+    held_out = copying["held_out"]
+    prefix_file = copying["folder"] / "first_words.txt"
+    prefix_file.write_text("".join(f"{s.split()[0]}\n" for s in held_out), encoding="utf-8")
+    assert run(copying, "--prefix", str(prefix_file)) == held_out
+
+
+# ---- scoring given translations
+
+
+def test_scoring_the_search_s_own_best_gives_back_its_score(copying: dict) -> None:
+    for flags in ((), ("--lenpen", "1.0", "--lenpen-style", "fairseq"), ("--lenpen", "0")):
+        best = [json.loads(line) for line in run(copying, "--format", "jsonl", *flags)]
+        hypotheses = copying["folder"] / "best.txt"
+        hypotheses.write_text("".join(f"{b['text']}\n" for b in best), encoding="utf-8")
+        scored = [json.loads(line) for line in run(copying, "--score-reference", str(hypotheses), "--format",
+                                                   "jsonl", *flags)]
+        for b, s in zip(best, scored, strict=True):
+            assert s["tokens"] == b["tokens"] and s["text"] == b["text"]
+            assert s["score"] == pytest.approx(b["score"], abs=1e-4)
+            assert s["token_log_probs"] == pytest.approx(b["token_log_probs"], abs=1e-4)
+            assert s["log_prob"] == pytest.approx(sum(b["token_log_probs"]), abs=1e-4)
+    text = run(copying, "--score-reference", str(hypotheses))
+    assert [line.split("\t")[1] for line in text] == [b["text"] for b in best]
+
+
+def test_an_ensemble_scores_as_it_decodes(copying: dict) -> None:
+    model, tokenizer = copying["model"], copying["tokenizer"]
+    twice = Translator([model, model], tokenizer, DecodeConfig(beam=4, lenpen=0.6))
+    found = twice.translate(copying["held_out"])
+    scored = twice.score(copying["held_out"], [nbest[0].text for nbest in found])
+    for nbest, given in zip(found, scored, strict=True):
+        assert given.score == pytest.approx(nbest[0].score, abs=1e-4)
+
+
+def test_a_worse_translation_scores_lower(copying: dict) -> None:
+    translator = Translator(copying["model"], copying["tokenizer"], DecodeConfig(beam=4, lenpen=0.6))
+    good = translator.score(copying["held_out"], copying["held_out"])
+    bad = translator.score(copying["held_out"], [" ".join(reversed(s.split())) for s in copying["held_out"]])
+    assert all(b.score < g.score for g, b in zip(good, bad, strict=True) if g.text != b.text)
+    assert all(math.isfinite(g.score) and g.score <= 0 for g in good)
+
+
+# ---- bad input
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--topk", "0", "--sampling"), "--topk 0 must be at least 1"),
+    (("--topp", "0", "--sampling"), "--topp 0.0 must be in (0, 1]"),
+    (("--topp", "1.5", "--sampling"), "--topp 1.5 must be in (0, 1]"),
+    (("--temperature", "-1", "--sampling"), "--temperature -1.0 must be positive"),
+    (("--topk", "5"), "--topk 5 applies only with --sampling"),
+    (("--sampling", "--beam", "4"), "--sampling draws each token, --beam 4 searches"),
+    (("--line-offset", "-1"), "--line-offset -1 must be ≥ 0"),
+])
+def test_contradicting_or_bad_sampling_options_are_refused(copying: dict, flags: tuple[str, ...],
+                                                           message: str) -> None:
+    result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), *flags])
+    assert result.exit_code == 1 and message in str(result.exception), result.exception
+
+
+def test_companion_files_must_match_the_input_line_for_line(copying: dict, tmp_path: Path) -> None:
+    short = tmp_path / "short.txt"
+    short.write_text("red\n" * 5, encoding="utf-8")
+    for flag in ("--prefix", "--score-reference"):
+        result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), flag, str(short)])
+        assert result.exit_code == 1 and f"has 5 lines but the input {copying['source']} has 30" in str(
+            result.exception)
+        stdin = "".join(f"{s}\n" for s in copying["held_out"]).encode()  # a pipe is checked as it is read
+        result, _ = translate_cli(["-m", str(copying["checkpoint"]), flag, str(short)], stdin=stdin)
+        assert result.exit_code == 1 and "has 5 lines, but the input has more: its line 6" in str(result.exception)
+    result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), "--score-reference",
+                               str(copying["source"]), "--nbest", "2"])
+    assert result.exit_code == 1 and "--nbest do not apply to it" in str(result.exception)
+    with pytest.raises(MtxError, match=r"--prefix, line 1: the prefix has \d+ tokens, more than the \d+"):
+        Translator(copying["model"], copying["tokenizer"]).translate(copying["held_out"][:1],
+                                                                     prefixes=["red " * 80])
+
+
+@pytest.mark.parametrize("flags", [
+    ("--sampling", "--temperature", "1e-300"),  # float32 would make it 0: every score NaN, no sample ever ended
+    ("--sampling", "--temperature", "5e-324"),  # the smallest positive float: still the most probable token
+    ("--sampling", "--topp", "1e-300"),  # float32 would make it 0 and drop every token
+    ("--sampling", "--topk", "1", "--temperature", "1e300"),  # float32 would make it infinite: NaN again
+])
+def test_sampling_at_its_extremes_is_greedy_search(copying: dict, flags: tuple[str, ...]) -> None:
+    """As T → 0 or p → 0 a draw becomes the most probable token; every such value is a greedy translation."""
+    assert run(copying, *flags) == run(copying, "--beam", "1")
+
+
+def test_any_finite_length_limit_or_temperature_decodes(copying: dict) -> None:
+    """Output limits past the model's positions, in floating point (a · n infinite) or as integers beyond float's
+    range, are the positions' limit; a huge temperature draws from a flat distribution, a line in any file."""
+    default = run(copying)
+    assert run(copying, "--max-len-a", "1e308") == default
+    assert run(copying, "--max-len-b", str(10**400)) == default
+    assert run(copying, "--max-len-a", "1.7976931348623157e308", "--max-len-b", "1") == default
+    flat = run(copying, "--sampling", "--temperature", "1e300", "--max-len-b", "3", "--max-len-a", "0")
+    assert len(flat) == len(copying["held_out"])
+    assert all(len(line.split()) <= 3 for line in flat)
+
+
+def test_a_line_index_beyond_64_bits_samples_as_its_index_modulo_2_to_the_32(copying: dict) -> None:
+    offset = 10**20
+    flags = ("--sampling", "--temperature", "2", "--seed", "3")
+    assert run(copying, *flags, "--line-offset", str(offset)) == run(copying, *flags, "--line-offset",
+                                                                     str(offset % 2**32))
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--lenpen", "11"), "--lenpen 11.0 must be in [0, 10]"),
+    (("--lenpen", "1000", "--lenpen-style", "fairseq"), "--lenpen 1000.0 must be in [0, 10]"),
+    (("--lenpen", "inf"), "--lenpen inf must be a finite number"),
+    (("--max-len-a", "inf"), "--max-len-a inf must be a finite number"),
+    (("--max-len-a", "nan"), "--max-len-a nan must be a finite number"),
+    (("--sampling", "--temperature", "inf"), "--temperature inf must be a finite number"),
+    (("--sampling", "--topp", "nan"), "--topp nan must be a finite number"),
+])
+def test_non_finite_and_out_of_range_floats_are_refused_naming_the_flag(copying: dict, flags: tuple[str, ...],
+                                                                         message: str) -> None:
+    result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), *flags])
+    assert result.exit_code == 1 and message in str(result.exception), result.exception
+
+
+def test_the_largest_length_penalty_decodes_in_either_style(copying: dict) -> None:
+    """At α = 10 lp stays within float32's range for any output the model can produce: every line decodes."""
+    for style in ("gnmt", "fairseq"):
+        lines = run(copying, "--lenpen", "10", "--lenpen-style", style)
+        assert len(lines) == len(copying["held_out"]) and lines == copying["held_out"]
+
+
+def test_a_reference_longer_than_the_positions_is_refused_naming_its_line(copying: dict, tmp_path: Path) -> None:
+    """Scoring only the part that fits would print another text's score as the reference's."""
+    references = tmp_path / "references.txt"
+    lines = list(copying["held_out"])
+    lines[3] = "red green " * 200
+    references.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    result, out = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]),
+                                 "--score-reference", str(references)])
+    assert result.exit_code == 1 and out == []
+    assert "--score-reference, line 4: the translation is" in str(result.exception)
+    assert "the model reads at most 63" in str(result.exception)
+
+
+# ---- no repeated n-grams, and flags on doubtful output
+
+
+def test_banned_ngrams_are_the_continuations_of_earlier_occurrences() -> None:
+    from mtx.decode.search import ban_repeated_ngrams
+
+    history = torch.tensor([[5, 6, 7, 5, 6], [5, 6, 7, 8, 9]])
+    log_probs = torch.zeros(2, 10)
+    ban_repeated_ngrams(log_probs, history, 3)  # row 0 ends with "5 6", which was followed by 7
+    assert log_probs[0].isinf().nonzero().flatten().tolist() == [7]
+    assert not log_probs[1].isinf().any()
+    unigrams = torch.zeros(2, 10)
+    ban_repeated_ngrams(unigrams, history, 1)
+    assert unigrams[0].isinf().nonzero().flatten().tolist() == [5, 6, 7]
+
+
+@pytest.mark.parametrize("options", [{}, {"beam": 1}, {"beam": 1, "sampling": True, "temperature": 2.0}])
+def test_no_repeat_ngram_keeps_every_ngram_of_a_translation_unique(copying: dict, options: dict) -> None:
+    sources = ["red red red dog", "red green red green red green"]
+
+    def translated(**more: object) -> list[list[int]]:
+        translator = Translator(copying["model"], copying["tokenizer"], DecodeConfig(**options, **more))
+        return [list(nbest[0].tokens) for nbest in translator.translate(sources)]
+
+    assert any(len(set(tokens)) < len(tokens) for tokens in translated())  # copying repeats
+    for n in (1, 2):
+        for tokens in translated(no_repeat_ngram=n):
+            ngrams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+            assert len(set(ngrams)) == len(ngrams), (n, tokens)
+
+
+def test_flag_rules() -> None:
+    from mtx.decode.flags import FlagThresholds, copied_share, flags, longest_loop, training_statistics
+
+    assert longest_loop([1, 2, 3]) == 1 and longest_loop([4, 4, 4, 1]) == 3 and longest_loop([1, 2, 1, 2, 1, 2]) == 3
+    assert copied_share([1, 2, 3], [3, 4]) == 0.5 and copied_share([1], []) == 0.0
+    thresholds = FlagThresholds(length_ratio=(0.5, 2.0), copied=0.9)
+    calm = [-0.1] * 5
+    assert flags([1, 2, 3, 4], [5, 6, 7, 8], calm[:5], thresholds) == []
+    assert flags([1, 2, 3, 4], [5, 5, 5, 8], calm, thresholds) == ["loop"]
+    assert flags([1, 2, 3, 4, 5, 6, 7, 8, 9], [10], calm[:2], thresholds) == ["length_ratio"]
+    assert flags([1, 2, 3, 4], [1, 2, 3, 4], calm, thresholds) == ["copied"]
+    assert flags([1, 2, 3, 4], [5, 6, 7, 8], [-2.0] * 5, thresholds) == ["low_log_prob"]
+    lens = np.arange(1, 101)
+    stats = training_statistics(lens, 2 * lens + 1, lambda i: ([1, 2], [3, 4]))
+    assert stats["length_ratio"] == [2.0, 2.0] and stats["copied"] == 0.0
+    assert FlagThresholds.of_checkpoint({"data_stats": stats}).length_ratio == (2.0, 2.0)
+    assert FlagThresholds.of_checkpoint({}) == FlagThresholds()
+
+
+def test_jsonl_flags_a_copy_as_copied(copying: dict) -> None:
+    """The copy model's translations are copies of their sources, which the default threshold flags (and a
+    source with a word three times in a row gives a copy that loops)."""
+    lines = [json.loads(line) for line in run(copying, "--format", "jsonl")]
+    for line, source in zip(lines, copying["held_out"], strict=True):
+        words = source.split()
+        loops = any(words[i] == words[i + 1] == words[i + 2] for i in range(len(words) - 2))
+        assert line["flags"] == (["loop", "copied"] if loops else ["copied"]), (source, line["flags"])
