@@ -2,13 +2,13 @@
 
     python3 bench/gpu_check.py [--device cuda|cpu] [--out DIR] [--budget SECONDS]
     make gpu-check                # on a GPU machine: DEVICE=cuda
-    make gpu-check DEVICE=cpu     # small sizes, every code path (CI runs it through tests/test_gpu_check.py)
+    make gpu-check DEVICE=cpu     # small sizes, every code path (CI runs it through tests/system/test_gpu_check.py)
 
 GPU time is scarce and a session may be cut short, so the stages run in the order of what matters most, each in a
 process of its own with a share of the time budget (killed when it overruns it, so that the later stages still
 run), and every result is printed and flushed the moment it is measured:
 
-  cuda_tests       pytest -m cuda tests/test_cuda.py: half-precision cached decoding, the fused loss and SDPA's
+  cuda_tests       pytest -m cuda tests/cuda/test_cuda.py: half-precision cached decoding, the fused loss and SDPA's
                    fused kernels on CUDA (all skipped on a CPU); the outcome counts as one line
   profile          where the time goes (bench/profiling.py): torch.profiler over a few updates of `base` and `big`
                    at the recipes' per-GPU batch on 8 GPUs and on one (max_tokens 3584 and 28672), and over a
@@ -274,10 +274,10 @@ def run_stage(stage: str, device: str, out: Path, deadline: float) -> int:
 
 
 def cuda_tests(stage: Stage) -> None:
-    """pytest -m cuda on tests/test_cuda.py; the counts from its JUnit XML report."""
+    """pytest -m cuda on tests/cuda/test_cuda.py; the counts from its JUnit XML report."""
     report = stage.out / "cuda_tests.xml"
     command = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider",
-               f"--junitxml={report}", str(ROOT / "tests" / "test_cuda.py")]
+               f"--junitxml={report}", str(ROOT / "tests" / "cuda" / "test_cuda.py")]
     started = time.time()
     with open(stage.out / "cuda_tests.pytest.log", "wb") as sink:
         result = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, env=child_env(), cwd=ROOT,

@@ -1,6 +1,6 @@
 """The batch plan as mtx made it before issue 23 (a Python step per pair), kept to time the change against.
 
-`make_batches` here returns the same batches as mtx.data.batching.make_batches; tests/test_batching.py holds
+`make_batches` here returns the same batches as mtx.data.batching.make_batches; tests/unit/test_batching.py holds
 its own copy, the reference the property tests compare with.
 """
 

@@ -115,7 +115,7 @@ SIZES = {
                 device="cpu", parallel=2, threads=1),
     "gpu": Size(preset="small", budgets=(1000, 2000), max_tokens=16384, lr=1e-3, warmup=500, save_every=100,
                 device="cuda", parallel=12, threads=1, decode_batch_tokens=32768),
-    # Every step of the grid in a minute on a CPU, for the suite (tests/test_quality_bench.py): not a measurement.
+    # Every step of the grid in a minute on a CPU, for the suite (tests/system/test_quality_bench.py): not measured.
     "check": Size(preset="tiny", budgets=(50,), max_tokens=256, lr=3e-3, warmup=10, save_every=10, device="cpu",
                   parallel=2, threads=1, seeds=(1, 2), vocab_size=300,
                   model={"layers_enc": 1, "layers_dec": 1, "d_model": 32, "d_ff": 64, "max_positions": 64}),

@@ -1,3 +1,24 @@
-"""mtx: the Transformer of "Attention Is All You Need", as a command-line translation toolkit."""
+"""mtx: the Transformer of "Attention Is All You Need", as a command-line translation toolkit.
+
+The folder tree is the pipeline: one package per stage, in the order a run goes through them, each package's
+docstring the map of its modules. A lower stage never imports a higher one (tests/unit/test_layout.py).
+
+    errors       user errors (MtxError): a message and exit 1, never a traceback
+    files        atomic writes: a file is complete or absent
+    devices      one decision of device and precision for training and translation
+    tokenizer    the joint subword vocabulary in its styles, and its normalisation
+    checkpoint   the checkpoint file format: written atomically, read with clear errors, averaged
+    config/      recipes: YAML in, validated dataclasses out
+    data/        from a recipe's corpora to memory-mapped token splits (`mtx prepare`)
+    model/       the paper's Transformer
+    train/       the training loop from one CPU to many GPUs (`mtx train`, `mtx average`)
+    decode/      search and translation (`mtx translate`)
+    score/       sacreBLEU and the paper's BLEU (`mtx score`)
+    analysis/    attention and alignments (`mtx inspect`)
+    export/      Hugging Face and CTranslate2 folders (`mtx export`)
+    report/      reports of runs (`mtx report`)
+    serve/       translation over HTTP (`mtx serve`)
+    cli          the `mtx` command line: Typer wired to each stage's command
+"""
 
 __version__ = "0.1.0"

@@ -7,4 +7,6 @@
     manifest   what data/manifest.json records (per corpus), and whether a data/ folder is up to date
     prepared   a prepared data/ folder read back: its manifest and token splits, checked against each other
     batching   token-budget batches of similar length, for training and for decoding
+    bpe_dropout  training sentences segmented anew each epoch (BPE-dropout), in worker processes
+    command    `mtx prepare`
 """

@@ -1,7 +1,10 @@
-"""Serving an mtx model with another runtime: `mtx export` (command) writes a checkpoint as a folder for
+"""Serving an mtx model with another runtime: `mtx export` writes a checkpoint as a folder for another runtime.
 
-    hf             Hugging Face transformers: a MarianMT folder (hf, with the weights mapped by marian)
+    hf             Hugging Face transformers: a MarianMT folder
+    marian         the weights mapped onto MarianMT's names and shapes
     ctranslate2    a CTranslate2 model directory, quantized if asked
-
-each with mtx's tokenizer (tokenizer), a model card (model_card), written whole or not at all (folder).
+    tokenizer      mtx's tokenizer in the form each runtime reads
+    model_card     the folder's README: what the model is and how to load it
+    folder         an export written whole or not at all
+    command        `mtx export`
 """

@@ -241,7 +241,7 @@ def test_average_command_averages_the_files_it_is_given(tmp_path: Path) -> None:
 def test_average_argument_errors_are_user_errors_and_write_nothing(tmp_path: Path, args: list[str],
                                                                    message: str) -> None:
     """Each way of asking `mtx average` for something it cannot do is an MtxError, which the CLI turns into
-    its message and exit 1 (tests/test_cli.py), and leaves no output file behind to be translated with."""
+    its message and exit 1 (tests/integration/test_cli.py), and leaves no output file behind to be translated with."""
     ckpts, empty = tmp_path / "checkpoints", tmp_path / "empty"
     for step in (1, 2):
         write_checkpoint(ckpts / f"step_{step}.pt", seed=step, step=step)

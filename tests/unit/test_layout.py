@@ -3,7 +3,8 @@
 - no import circle anywhere, counting every import (at the top, inside functions, under TYPE_CHECKING);
 - a lower stage never imports a higher one (model never imports data; decode never imports train);
 - at most 14 modules at the top level, none over 600 lines;
-- every command in its stage's command.py, and the command modules light enough for `mtx --help`.
+- every command in its stage's command.py, and the command modules light enough for `mtx --help`;
+- each package's docstring is the map of its modules, naming all of them.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ PACKAGE = ROOT / "mtx"
 
 # The stages, lowest first: a module may import modules of its own stage and of lower ones only. The top level's
 # shared modules come first; the command line sits above everything: cli.py, every stage's command.py (which
-# may tie several stages together: `mtx config` counts the model's parameters) and `mtx.translate`, the old home
-# of the translator, an alias kept for its users.
+# may tie several stages together: `mtx config` counts the model's parameters).
 LAYERS: list[set[str]] = [
     {"mtx", "mtx.errors", "mtx.files"},
     {"mtx.config", "mtx.tokenizer", "mtx.devices"},
@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
     {"mtx.decode"},
     {"mtx.train"},
     {"mtx.analysis", "mtx.export", "mtx.report", "mtx.serve"},
-    {"mtx.translate", "mtx.cli", "mtx.__main__"},
+    {"mtx.cli", "mtx.__main__"},
 ]
 
 
@@ -74,7 +74,7 @@ def layer_of(module: str) -> int:
         for index, layer in enumerate(LAYERS):
             if prefix in layer:
                 return index
-    raise AssertionError(f"{module} is in no layer of tests/test_layout.py: add its package to LAYERS")
+    raise AssertionError(f"{module} is in no layer of tests/unit/test_layout.py: add its package to LAYERS")
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -127,13 +127,38 @@ def test_the_top_level_is_small_and_no_module_is_long() -> None:
     assert not long, long
 
 
-def test_every_stage_is_a_package_with_its_map() -> None:
-    """Each subpackage's __init__ says what its modules hold (and nothing else: no code to find there)."""
-    for init in PACKAGE.glob("*/__init__.py"):
-        tree = ast.parse(init.read_text(encoding="utf-8"))
-        assert ast.get_docstring(tree), init
-        code = [node for node in tree.body if not isinstance(node, ast.Expr)]
-        assert not code, f"{init} holds code: move it to a module of its own"
+def mapped_names(docstring: str) -> set[str]:
+    """The names a package docstring's map lists: the first word of each line indented by four spaces, a
+    subpackage with its slash (`demo/`)."""
+    return {line.split()[0] for line in docstring.splitlines()
+            if line.startswith("    ") and not line.startswith("     ") and line.strip()}
+
+
+def package_members(init: Path) -> set[str]:
+    folder = init.parent
+    return ({path.stem for path in folder.glob("*.py") if path.stem not in ("__init__", "__main__")}
+            | {f"{sub.name}/" for sub in folder.iterdir() if (sub / "__init__.py").is_file()})
+
+
+def test_the_map_finds_what_a_docstring_lists() -> None:
+    doc = "A package.\n\n    one     the first\n            its second line\n    sub/    a subpackage\nprose\n"
+    assert mapped_names(doc) == {"one", "sub/"}
+
+
+@pytest.mark.parametrize("init", [PACKAGE / "__init__.py", *sorted(PACKAGE.glob("*/__init__.py"))],
+                         ids=lambda init: init.parent.name)
+def test_each_package_docstring_is_its_module_map(init: Path) -> None:
+    """The package's docstring is the one map of its modules (README links to these): it names every module
+    and subpackage, and nothing that is not there. The __init__ holds nothing else: no code to find there."""
+    tree = ast.parse(init.read_text(encoding="utf-8"))
+    docstring = ast.get_docstring(tree, clean=False) or ""
+    version = [node for node in tree.body if isinstance(node, ast.Assign) and init == PACKAGE / "__init__.py"
+               and [target.id for target in node.targets if isinstance(target, ast.Name)] == ["__version__"]]
+    code = [node for node in tree.body if not isinstance(node, ast.Expr) and node not in version]
+    assert not code, f"{init} holds code: move it to a module of its own"
+    listed, present = mapped_names(docstring), package_members(init)
+    assert listed == present, (f"{init.relative_to(ROOT)}: not in its map: {sorted(present - listed)}; "
+                               f"in its map but not in the package: {sorted(listed - present)}")
 
 
 @pytest.mark.parametrize(("command", "home"), [
@@ -156,15 +181,3 @@ def test_the_command_modules_import_no_torch() -> None:
             "if m in sys.modules); print(','.join(heavy))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == ""
-
-
-def test_the_old_home_of_the_translator_still_works_and_says_where_it_went(monkeypatch) -> None:
-    """`from mtx.translate import Translator`, which users of the library may have written, gives the same
-    class, with a deprecation warning that names the new module."""
-    import mtx.decode.translator
-
-    monkeypatch.delitem(sys.modules, "mtx.translate", raising=False)
-    with pytest.warns(DeprecationWarning, match="mtx.decode.translator"):
-        from mtx.translate import Translator, translate_sentences
-    assert Translator is mtx.decode.translator.Translator
-    assert translate_sentences is mtx.decode.translator.translate_sentences

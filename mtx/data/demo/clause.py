@@ -1,7 +1,7 @@
 """A clause's parts in both languages, and the words each language orders them into.
 
 The grammar (mtx.data.demo.grammar) draws what a clause says; this module only decides where each word goes, with
-no random draws, so every word-order rule can be checked on a hand-built clause (tests/test_demo.py). English
+no random draws, so every word-order rule can be checked on a hand-built clause (tests/unit/test_demo.py). English
 keeps subject–verb–object order and needs "do" for negation and questions; German puts the finite verb second
 in main clauses, first in questions and last in subordinate clauses, with the rest of the verb group (a
 participle, an infinitive, a separable prefix) at the end of the main clause: the verb bracket.

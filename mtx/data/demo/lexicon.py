@@ -1,7 +1,7 @@
 """The demo corpus's words: English and German lexicon, German inflection, numbers, dates and noun phrases.
 
 Everything here is a table or a pure function of one, so each agreement rule can be checked on its own
-(tests/test_demo.py); mtx.data.demo.grammar combines them into sentences.
+(tests/unit/test_demo.py); mtx.data.demo.grammar combines them into sentences.
 """
 
 from __future__ import annotations
