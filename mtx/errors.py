@@ -1,4 +1,10 @@
-"""The one exception type that means "the user can fix this": the CLI prints it and exits 1."""
+"""The one exception type that means "the user can fix this": the CLI prints it and exits 1; and the check that
+an optional extra is installed, which every command that needs one makes the same way."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
 
 
 class MtxError(Exception):
@@ -24,3 +30,18 @@ def is_out_of_memory(error: BaseException) -> bool:
     message = str(error)
     return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or (
         isinstance(error, RuntimeError) and ("DefaultCPUAllocator" in message or "out of memory" in message))
+
+
+def require_extra(extra: str, modules: Sequence[str], needed_by: str, otherwise: str = "") -> None:
+    """Refuse, naming the extra to install, when any of `modules` cannot be imported: "`needed_by` needs a and b,
+    not installed here: pip install 'mtx[extra]'." with `otherwise` (what works without it) after. Imported, not
+    only looked up, so that a package that is there but broken is refused here too, before any work."""
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise MtxError(f"{needed_by} needs {' and '.join(missing)}, not installed here: pip install "
+                       f"'mtx[{extra}]'.{f' {otherwise}' if otherwise else ''}")

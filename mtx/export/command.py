@@ -12,14 +12,13 @@ The folder is written whole or not at all (mtx.export.folder).
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from mtx.errors import MtxError
+from mtx.errors import MtxError, require_extra
 from mtx.export.folder import check_destination, write_folder
 
 TARGETS = {"hf": ("transformers", "safetensors"), "ctranslate2": ("ctranslate2",)}  # target → modules it needs
@@ -51,19 +50,6 @@ def export(
                      f"({to}{f', {quantization}' if quantization else ''})\n")
 
 
-def require_packages(target: str) -> None:
-    """Refuse, naming the extra to install, an export whose packages are not importable."""
-    missing = []
-    for module in TARGETS[target]:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            missing.append(module)
-    if missing:
-        raise MtxError(f"mtx export --to {target} needs {' and '.join(missing)}, not installed here: "
-                       "pip install 'mtx[export]'")
-
-
 def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantization: str | None = None,
                       force: bool = False) -> dict:
     """Export the checkpoint at `checkpoint_path` to `folder` in the `target` format (see the module's docstring);
@@ -81,7 +67,7 @@ def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantiza
                        "weights, which transformers can load in another precision (torch_dtype=...).")
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise MtxError(f"--quantization {quantization} is not one of {', '.join(QUANTIZATIONS)}.")
-    require_packages(target)
+    require_extra("export", TARGETS[target], f"mtx export --to {target}")
     check_destination(folder, force)
     model, _, checkpoint = load_model(checkpoint_path)
     decode = DecodeConfig.of_checkpoint(checkpoint)

@@ -17,7 +17,6 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mtx.errors import MtxError
 from mtx.report.run_folder import Run
 
 STYLE = {"svg.fonttype": "path", "svg.hashsalt": "mtx report", "font.family": "DejaVu Sans", "font.size": 9,
@@ -48,15 +47,6 @@ class Chart:
     title: str
     description: str  # what the image shows, for the page's alt text
     svg: bytes
-
-
-def require_matplotlib() -> None:
-    """Refuse, naming the extra to install, when matplotlib is not importable."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise MtxError("mtx report -o draws its charts with matplotlib, which is not installed here: pip install "
-                       "'mtx[report]'. Without -o, mtx report prints its summary in the terminal.") from None
 
 
 def time_unit(seconds: float) -> tuple[float, str]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mtx.errors import MtxError
+from mtx.errors import MtxError, require_extra
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -51,7 +51,7 @@ def report_runs(folders: Sequence[Path], output: Path | None, asked_levels: Sequ
     `console`. Time to BLEU is given for `asked_levels`, else the levels the runs' recipes name."""
     from rich.text import Text
 
-    from mtx.report.charts import draw_charts, require_matplotlib
+    from mtx.report.charts import draw_charts
     from mtx.report.page import write_page
     from mtx.report.run_folder import read_run
     from mtx.report.summary import bleu_levels
@@ -60,7 +60,8 @@ def report_runs(folders: Sequence[Path], output: Path | None, asked_levels: Sequ
     if len(set(map(Path.resolve, folders))) < len(folders):
         raise MtxError("A run folder is given twice: name each run once.")
     if output is not None:
-        require_matplotlib()
+        require_extra("report", ["matplotlib"], "mtx report -o (its charts)",
+                      otherwise="Without -o, mtx report prints its summary in the terminal.")
     runs = [read_run(folder) for folder in folders]
     levels = bleu_levels(runs, asked_levels)
     if output is None:
