@@ -75,6 +75,13 @@ class Bounds:
         return schema
 
 
+# The ranges fields of several sections share.
+AT_LEAST_1 = Bounds(1)
+AT_LEAST_0 = Bounds(0)
+RATE = Bounds(0, 1, high_open=True)  # a dropout's or smoothing's share: 1 would leave nothing
+POSITIVE = Bounds(0, low_open=True)
+
+
 def _number(value: float | None, commas: bool = True) -> str:
     if value is None:
         return ""

@@ -1,8 +1,8 @@
 """Every key a recipe may hold, with its type in words, its default and its help: what `mtx config --keys` prints,
 and what the loader's messages draw on ("must be an integer", "did you mean train.max_tokens?").
 
-The keys are read off the dataclasses of mtx.config.recipe, so a field added there is listed here with no
-second place to keep up to date.
+The keys are read off the recipe's dataclasses (mtx.config.recipe and its sections' modules), so a field added
+there is listed here with no second place to keep up to date.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from mtx.config.fields import bounds_of, recipe_key
-from mtx.config.recipe import FROM_PRESET, ModelConfig, Recipe
+from mtx.config.model import FROM_PRESET, ModelConfig
+from mtx.config.recipe import Recipe
 
 
 @dataclass(frozen=True)

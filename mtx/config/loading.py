@@ -1,4 +1,4 @@
-"""Reading a recipe: YAML in, checked against mtx.config.recipe's dataclasses, a `Recipe` out.
+"""Reading a recipe: YAML in, checked against the recipe's dataclasses, a `Recipe` out.
 
 Every key is checked against the dataclasses, so a typo is caught before hours of training (`train.max_tokns` →
 "did you mean train.max_tokens?"), and every value is checked for type and range with a message that names its
@@ -20,7 +20,8 @@ import yaml
 
 from mtx.config.fields import ConfigError, recipe_key
 from mtx.config.keys import all_keys, type_name
-from mtx.config.recipe import ModelConfig, Recipe, resolve_model
+from mtx.config.model import ModelConfig, resolve_model
+from mtx.config.recipe import Recipe
 
 
 def _convert(value: Any, tp: Any, key: str) -> Any:

@@ -18,7 +18,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from mtx.config.recipe import DataConfig, FilesSource, HfSource, SourceConfig, TsvSource
+from mtx.config.data import DataConfig, FilesSource, HfSource, SourceConfig, TsvSource
 from mtx.errors import MtxError
 
 SPLITS = ("train", "valid", "test")

@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from mtx import __version__
-from mtx.config.recipe import CorpusConfig, DataConfig, as_mapping, strip_nones
+from mtx.config.data import CorpusConfig, DataConfig
+from mtx.config.recipe import as_mapping, strip_nones
 from mtx.data.corpora import SplitStream, input_files
 from mtx.data.prepared import FORMAT, check_split_files, load_manifest
 from mtx.data.vocabulary import vocabulary_file

@@ -54,7 +54,9 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from mtx.config.recipe import CorpusConfig, DataConfig, FilterConfig, Recipe, resolve_model
+from mtx.config.data import CorpusConfig, DataConfig, FilterConfig
+from mtx.config.model import resolve_model
+from mtx.config.recipe import Recipe
 from mtx.data.corpora import CHUNK_PAIRS, SPLITS, RawPair, SplitStream, open_corpora
 from mtx.data.manifest import FILTERS, build_manifest, describe_drops, fingerprint, origins, print_summary, up_to_date
 from mtx.data.prepared import SIDES, load_manifest

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mtx.config.recipe import LengthPenaltyStyle
+from mtx.config.decode import LengthPenaltyStyle
 from mtx.decode.search import Hypothesis, IncrementalDecoder, length_penalty
 from mtx.tokenizer import BOS, EOS
 

@@ -25,7 +25,7 @@ from typing import Protocol, TypeVar
 import torch
 from torch import Tensor
 
-from mtx.config.recipe import LengthPenaltyStyle
+from mtx.config.decode import LengthPenaltyStyle
 from mtx.decode.sampling import draw, filtered, uniforms
 from mtx.tokenizer import BOS, EOS, PAD
 

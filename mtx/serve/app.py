@@ -48,8 +48,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from mtx import __version__
+from mtx.config.decode import SAMPLING_ONLY, DecodeConfig
 from mtx.config.fields import bounds_of
-from mtx.config.recipe import SAMPLING_ONLY, DecodeConfig
 from mtx.errors import first_line, is_out_of_memory
 from mtx.serve.events import log_event
 from mtx.serve.service import Limits, RequestError, RequestOptions, TranslationService

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from mtx.config.decode import SAMPLING_ONLY, DecodeConfig
 from mtx.config.fields import Bounds, bounds_problems, setting
-from mtx.config.recipe import SAMPLING_ONLY, DecodeConfig
 from mtx.decode.translator import Dtype, Translator
 from mtx.errors import MtxError, first_line
 from mtx.serve.batcher import Batcher, Draining, Job, QueueFull

@@ -19,9 +19,12 @@ from support import REVERSE_WORDS, ROOT
 
 import mtx.checkpoint
 from mtx.checkpoint import make_checkpoint, save_checkpoint
+from mtx.config.data import DemoSource
+from mtx.config.fields import ConfigError
 from mtx.config.keys import all_keys, format_keys
 from mtx.config.loading import dump_recipe, load_recipe
-from mtx.config.recipe import ConfigError, DemoSource, ModelConfig, Recipe, resolve_model
+from mtx.config.model import ModelConfig, resolve_model
+from mtx.config.recipe import Recipe
 from mtx.data.demo import NUMBER_WORDS, demo_splits, in_domain
 from mtx.data.manifest import fingerprint
 from mtx.data.prepare import prepare

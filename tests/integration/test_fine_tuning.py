@@ -11,8 +11,8 @@ from rich.console import Console
 from support import base_recipe, write_pairs, write_recipe
 
 from mtx.checkpoint import load_checkpoint, step_checkpoints
+from mtx.config.fields import ConfigError
 from mtx.config.loading import load_recipe
-from mtx.config.recipe import ConfigError
 from mtx.data.prepare import prepare
 from mtx.errors import MtxError
 from mtx.train.fine_tuning import load_run_recipe

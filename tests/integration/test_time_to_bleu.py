@@ -11,7 +11,7 @@ import torch
 from support import FakeClock, events, prepared, recipe, run_files, scripted_bleu
 
 from mtx.checkpoint import load_checkpoint
-from mtx.config.recipe import ConfigError
+from mtx.config.fields import ConfigError
 from mtx.data.batching import collate
 from mtx.errors import MtxError
 from mtx.train.milestones import describe_milestones

@@ -10,10 +10,10 @@ import pytest
 from support import ROOT
 
 from mtx import __version__
-from mtx.config.fields import parse_duration
+from mtx.config.decode import DecodeConfig
+from mtx.config.fields import ConfigError, parse_duration
 from mtx.config.keys import all_keys, format_keys, type_name
 from mtx.config.loading import load_recipe, parse_override
-from mtx.config.recipe import ConfigError, DecodeConfig
 
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 GOOD = """\

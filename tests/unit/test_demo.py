@@ -10,8 +10,8 @@ import yaml
 from rich.console import Console
 
 from mtx.analysis.aer import read_gold
+from mtx.config.data import DemoSource
 from mtx.config.loading import load_recipe
-from mtx.config.recipe import DemoSource
 from mtx.data.demo import demo_splits, sample_pairs
 from mtx.data.demo.clause import Clause, english, german_main, german_question, german_sub
 from mtx.data.demo.lexicon import (

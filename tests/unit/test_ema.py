@@ -8,8 +8,9 @@ import torch
 from support import prepared, recipe
 
 from mtx.checkpoint import inference_weights, load_checkpoint, load_model, make_checkpoint, save_checkpoint
+from mtx.config.fields import ConfigError
 from mtx.config.loading import load_recipe
-from mtx.config.recipe import ConfigError, ModelConfig, resolve_model
+from mtx.config.model import ModelConfig, resolve_model
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
 from mtx.train.average import average_checkpoints

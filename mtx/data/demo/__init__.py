@@ -26,7 +26,7 @@ keeps the grammar's sentences of that domain in the order it draws them, so "all
 
 from __future__ import annotations
 
-from mtx.config.recipe import DemoSource
+from mtx.config.data import DemoSource
 from mtx.data.demo.grammar import Grammar
 from mtx.data.demo.lexicon import MONTHS, number_en, ordinal_en
 from mtx.data.demo.words import AlignedPair

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mtx.config.recipe import DemoSource
+from mtx.config.data import DemoSource
 from mtx.data.demo import demo_splits, sample_pairs
 from mtx.errors import MtxError
 

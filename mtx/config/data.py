@@ -1,0 +1,268 @@
+"""The recipe's `data:` section: where the sentence pairs come from (one corpus or several), how training pairs
+are cleaned, and the subword vocabulary `mtx prepare` learns or takes.
+
+Each kind of source is its own dataclass, and `SourceConfig` holds exactly one of them. This module imports no
+torch, nor the tokenizer library unless a recipe has tags to check: `mtx config` and recipe errors must be
+instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from mtx.config.fields import AT_LEAST_0, AT_LEAST_1, Bounds, ConfigError, check, check_bounds, setting
+
+
+@dataclass
+class HfSource:
+    """A Hugging Face dataset: a hub id (`wmt/wmt14`) or a local path (`save_to_disk` folder, parquet dir)."""
+
+    path: str = setting(help="A hub id such as wmt/wmt14, or a local save_to_disk folder or folder of parquet files.")
+    name: str | None = setting(None, "The dataset's configuration, e.g. de-en.")
+    revision: str | None = setting(None, "A hub revision (branch, tag or commit) to pin the data to.")
+    splits: dict[str, str] = setting(
+        help="The dataset's split for each of mtx's train, valid and test.",
+        factory=lambda: {"train": "train", "valid": "validation", "test": "test"})
+
+
+@dataclass
+class FilesSource:
+    """Aligned plain-text files per split: `[source_file, target_file]`, one sentence per line."""
+
+    train: list[str] = setting(help="[source file, target file] of the training pairs, one sentence per line.")
+    valid: list[str] | None = setting(None, "[source file, target file] of the validation pairs.")
+    test: list[str] | None = setting(None, "[source file, target file] of the test pairs.")
+
+
+@dataclass
+class TsvSource:
+    """One tab-separated file per split: source<TAB>target per line."""
+
+    train: str = setting(help="The training pairs: source<TAB>target on each line.")
+    valid: str | None = setting(None, "The validation pairs, as train.")
+    test: str | None = setting(None, "The test pairs, as train.")
+
+
+@dataclass
+class DemoSource:
+    """The built-in, generated English→German corpus (mtx/data/demo/)."""
+
+    pairs: int = setting(40000, "Training pairs to generate.", bounds=AT_LEAST_1)
+    valid: int = setting(500, "Validation pairs.", bounds=AT_LEAST_0)
+    test: int = setting(500, "Test pairs.", bounds=AT_LEAST_0)
+    seed: int = setting(1, "The generator's seed: the same seed gives the same corpus.")
+    domain: Literal["all", "numbers", "general"] = setting(
+        "all", "Which sentences to keep, in every split: numbers: those whose English holds a number, a date or a "
+        "clock time; general: the others; all: both. Two corpora of one seed and different domains share no "
+        "sentence (a general corpus and a small in-domain one, for domain adaptation).")
+
+    def validate(self, key: str) -> None:
+        check_bounds(self, key)
+
+
+@dataclass
+class SourceConfig:
+    """Where the sentence pairs come from: exactly one of the four kinds."""
+
+    hf: HfSource | None = setting(None, "A Hugging Face dataset, from the hub or a local folder.")
+    files: FilesSource | None = setting(None, "Aligned plain-text files.")
+    tsv: TsvSource | None = setting(None, "Tab-separated files.")
+    demo: DemoSource | None = setting(None, "The built-in generated English→German corpus (offline).")
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("hf", "files", "tsv", "demo") if getattr(self, k) is not None)
+
+    def validate(self, key: str) -> None:
+        chosen = [k for k in ("hf", "files", "tsv", "demo") if getattr(self, k) is not None]
+        if len(chosen) != 1:
+            raise ConfigError(
+                f"{key} must name exactly one of hf, files, tsv, demo (found {len(chosen)}: "
+                f"{', '.join(chosen) or 'none'})."
+            )
+        if self.files is not None:
+            for split in ("train", "valid", "test"):
+                pair = getattr(self.files, split)
+                if pair is not None and len(pair) != 2:
+                    raise ConfigError(
+                        f"{key}.files.{split} must be a list of two files [source, target], got {pair!r}."
+                    )
+
+
+@dataclass
+class CorpusConfig(SourceConfig):
+    """One corpus of `data.sources`: a source as `data.source` takes it, with a name, a tag and a weight."""
+
+    name: str | None = setting(
+        None, "The corpus' name in the manifest and the logs [default: from the source: demo, a file's stem, the "
+        "dataset's last path component and config].")
+    tag: str | None = setting(
+        None, "A token put before every source sentence of this corpus, e.g. <bt> for back-translations: one "
+        "reserved token of the vocabulary, never split, never in a translation. One word, and none of the "
+        "vocabulary's own pieces: not <pad> <s> </s> <unk>, a byte token <0x00>…<0xFF>, a single character, or "
+        "a word holding a word mark (▁, Ġ). Corpora may share a tag.")
+    weight: int = setting(
+        1, "Each training pair of the corpus is seen this many times an epoch (fairseq's upsample_primary). "
+        "Applied by `mtx train`, so changing it needs no new `mtx prepare`.", bounds=AT_LEAST_1)
+
+    def validate(self, key: str) -> None:
+        super().validate(key)
+        check_bounds(self, key)
+        if self.name is not None:
+            check(bool(re.fullmatch(r"[\w.\-]+", self.name)), f"{key}.name", self.name,
+                   "may hold only letters, digits, '.', '_' and '-'")
+        if self.tag is not None:
+            from mtx.tokenizer import why_not_a_tag  # here: a recipe without tags loads no tokenizer library
+
+            if (problem := why_not_a_tag(self.tag)) is not None:
+                check(False, f"{key}.tag", self.tag, problem)
+
+    def derived_name(self) -> str:
+        """A name from the source, for a corpus the recipe gives none: demo, the training file's stem, or the
+        dataset's last path component and its config."""
+        if self.demo is not None:
+            name = "demo"
+        elif self.files is not None:
+            name = Path(self.files.train[0]).stem
+        elif self.tsv is not None:
+            name = Path(self.tsv.train).stem
+        else:
+            name = Path(self.hf.path).name + (f"-{self.hf.name}" if self.hf.name else "")
+        return re.sub(r"[^\w.\-]+", "_", name) or "corpus"
+
+
+@dataclass
+class FilterConfig:
+    """Training-data cleaning, as Moses' clean-corpus-n.perl does it. Valid/test sets are never filtered."""
+
+    min_len: int = setting(1, "Fewest words a side of a training pair may have.", bounds=AT_LEAST_0)
+    max_len: int = setting(250, "Most words a side of a training pair may have.", bounds=AT_LEAST_1)
+    max_ratio: float = setting(1.5, "Largest ratio of the longer side's words to the shorter's; 0 disables it.",
+                               bounds=Bounds(0, note="0 disables it"))
+    dedup: bool = setting(True, "Drop exact duplicate training pairs.")
+
+    def validate(self, key: str) -> None:
+        check_bounds(self, key)
+        check(self.max_len >= self.min_len, f"{key}.max_len", self.max_len, "must be ≥ min_len")
+
+
+@dataclass
+class BpeConfig:
+    """The subword vocabulary: a joint one learnt on the training data, or one taken from elsewhere."""
+
+    style: Literal["bytelevel", "metaspace"] = setting(
+        "metaspace", "metaspace: SentencePiece's convention (\"▁\" before each word, characters as symbols, "
+        "bytes only for characters the vocabulary lacks); bytelevel: GPT-2's (bytes as symbols, punctuation split "
+        "from words). Both are lossless and never produce <unk>.")
+    model: Literal["bpe", "unigram"] = setting(
+        "bpe", "bpe: merges learnt by frequency (Sennrich et al.); unigram: a unigram language model over pieces "
+        "(Kudo 2018, SentencePiece's default), metaspace only.")
+    vocab_size: int = setting(
+        37000, "Tokens in the vocabulary, specials included (the paper: 37k En-De, 32k En-Fr); above the least "
+        "with many tags. A metaspace vocabulary spends 256 of them on its byte tokens, so near the minimum it "
+        "learns few pieces and spells most characters by their bytes, more tokens a sentence than a byte-level "
+        "one of that size: a size for tests and toy corpora. At most 2^20: the largest vocabularies in use hold "
+        "a few hundred thousand tokens, and the subword trainer allocates for the size asked.",
+        bounds=Bounds(300, 2**20))
+    joint: bool = setting(
+        True, "One vocabulary learnt on both languages (the paper's shared source-target BPE); must be true.")
+    max_lines: int = setting(
+        10_000_000, "Training lines per language, evenly spaced, that the merges are learnt on (for huge corpora).",
+        bounds=AT_LEAST_1)
+    min_frequency: int = setting(2, "Fewest occurrences of a pair of symbols for it to become a merge.",
+                                 bounds=Bounds(0, 2**32))
+    from_: str | None = setting(
+        None, "Take the vocabulary from here instead of learning one: a tokenizer.json, a prepared run's data/ "
+        "folder or an mtx checkpoint (to fine-tune it, or to share its vocabulary). The keys above are then "
+        "ignored, and every tag of data.sources must be a special token of that tokenizer.", key="from")
+
+    def validate(self, key: str) -> None:
+        check_bounds(self, key)
+        check(self.style == "metaspace" or self.model == "bpe", f"{key}.model", self.model,
+               "needs data.bpe.style: metaspace (a byte-level vocabulary is BPE)")
+        check(
+            self.joint,
+            f"{key}.joint",
+            self.joint,
+            "must be true: mtx shares one vocabulary between source, target and output (three-way tying)",
+        )
+
+
+@dataclass
+class DataConfig:
+    """The corpora and how `mtx prepare` turns them into token splits."""
+
+    source: SourceConfig | None = setting(
+        None, "Where the sentence pairs come from (hf, files, tsv or demo): one corpus; or data.sources.")
+    sources: list[CorpusConfig] | None = setting(
+        None, "Several corpora, each a source as data.source takes it with an optional name, tag and weight; "
+        "their training pairs are concatenated, their valid and test sets too.")
+    src_lang: str = setting("en", "The source language's code; it names files (data/test.en).")
+    tgt_lang: str = setting("de", "The target language's code.")
+    filter: FilterConfig = setting(help="How training pairs are cleaned.", factory=FilterConfig)
+    bpe: BpeConfig = setting(help="The subword vocabulary.", factory=BpeConfig)
+
+    @property
+    def corpora(self) -> list[CorpusConfig]:
+        """The corpora in recipe order, every one named: `data.source` is one corpus, untagged, of weight 1. A
+        derived name taken by an earlier corpus or by an explicit name gets a suffix: demo, demo-2, demo-3."""
+        if self.sources is None:
+            kinds = {f.name: getattr(self.source, f.name) for f in dataclasses.fields(SourceConfig)}
+            listed = [CorpusConfig(**kinds)]
+        else:
+            listed = self.sources
+        taken = {corpus.name for corpus in listed if corpus.name is not None}
+        named = []
+        for corpus in listed:
+            name = corpus.name
+            if name is None:
+                base = name = corpus.derived_name()
+                suffix = 1
+                while name in taken:
+                    suffix += 1
+                    name = f"{base}-{suffix}"
+                taken.add(name)
+            named.append(dataclasses.replace(corpus, name=name))
+        return named
+
+    def corpus_key(self, index: int) -> str:
+        """The dotted key of the corpus `index` of `corpora`, for messages: data.source or data.sources[i]."""
+        return "data.source" if self.sources is None else f"data.sources[{index}]"
+
+    @property
+    def tags(self) -> list[str]:
+        """The corpora's distinct tags, in recipe order: the vocabulary's special tokens after the fixed four."""
+        return list(dict.fromkeys(corpus.tag for corpus in self.corpora if corpus.tag is not None))
+
+    def validate(self, key: str) -> None:
+        if self.source is None and self.sources is None:
+            raise ConfigError(f"{key}.source is missing: set {key}.source (one corpus) or {key}.sources (a list of "
+                              "corpora).")
+        if self.source is not None and self.sources is not None:
+            raise ConfigError(f"{key}.source and {key}.sources are both set: keep {key}.source for one corpus, or "
+                              f"move it into the list {key}.sources.")
+        if self.sources is not None:
+            check(len(self.sources) >= 1, f"{key}.sources", self.sources, "must list at least one corpus")
+            seen = set()
+            for i, corpus in enumerate(self.sources):
+                check(corpus.name not in seen, f"{key}.sources[{i}].name", corpus.name,
+                       "names an earlier corpus too: each corpus needs its own name")
+                if corpus.name is not None:
+                    seen.add(corpus.name)
+        for name in ("src_lang", "tgt_lang"):  # they name files: data/test.en, data/test.de
+            value = getattr(self, name)
+            check(bool(re.fullmatch(r"[A-Za-z][\w\-]*", value)), f"{key}.{name}", value,
+                   "must be a language code such as en or de")
+        check(self.src_lang != self.tgt_lang, f"{key}.tgt_lang", self.tgt_lang, "must differ from src_lang")
+        if self.tags and self.bpe.from_ is None:  # every tag takes a token, and unigram pieces for its characters
+            from mtx.tokenizer import smallest_vocab_size  # here: a recipe without tags loads no tokenizer library
+
+            bpe, smallest = self.bpe, smallest_vocab_size(self.bpe.style, self.bpe.model, self.tags)
+            check(bpe.vocab_size >= smallest, f"{key}.bpe.vocab_size", bpe.vocab_size,
+                   f"is too small for the {len(self.tags)} tags of {key}.sources: a {bpe.style} {bpe.model} "
+                   f"vocabulary with them needs at least {smallest} tokens. Raise it to {smallest} or more, or "
+                   "use fewer tags")

@@ -1,0 +1,111 @@
+"""The recipe's `decode:` section, which is also `mtx translate`'s options and `mtx serve`'s request fields: how
+to search or sample, each field with its default, range and help.
+
+The three places a user sets these values spell a field three ways (a recipe key `decode.beam`, a flag
+`--beam`, a request field `beam`); `DecodeConfig.first_problem` takes the spelling, so that one rule has one
+phrasing wherever it is broken. This module imports no torch: `mtx config` and recipe errors must be instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mtx.config.fields import AT_LEAST_0, AT_LEAST_1, POSITIVE, Bounds, ConfigError, bounds_problems, setting
+from mtx.errors import MtxError
+
+LengthPenaltyStyle = Literal["gnmt", "fairseq"]
+# The decoding options only sampling reads, each by the value that leaves it unset: elsewhere they must have it.
+SAMPLING_ONLY: dict[str, Any] = {"topk": None, "topp": 1.0, "temperature": 1.0}
+# The largest length penalty α: lp = |Y|^α of a 1,024-token output is 2^100 at α = 10, well inside float32's range
+# (2^128), as is a log-probability divided by it; a larger α overflows lp, or underflows every score to 0.
+MAX_LENPEN = 10.0
+
+
+@dataclass
+class DecodeConfig:
+    """How to search: beam 4, at most input + 50 tokens (the paper's); lp = |Y|, which beat the paper's
+    ((5 + |Y|) / 6)^0.6 on every seed of bench/quality.py (bench/README.md); the WMT14 recipes keep the paper's.
+
+    One set of options for both users: the recipe's `decode:` section, which validation BLEU decodes with
+    (at `train.valid_beam`), and `mtx translate`, whose flags override the checkpoint's recipe field by field.
+    So the errors can name a field either way: as a recipe key (`validate`) or as its flag (`validate_flags`).
+    """
+
+    beam: int = setting(4, "Beam size; 1 is greedy search.", bounds=AT_LEAST_1)
+    lenpen: float = setting(
+        1.0, "Length penalty α: a hypothesis scores log P(Y|X) / lp(|Y|), |Y| counting EOS. At most 10: beyond, lp "
+        "outgrows the range of the search's float32 scores, which then cannot tell hypotheses apart (the paper: "
+        "0.6 with gnmt; 0 to 2 is the range people tune).", bounds=Bounds(0, MAX_LENPEN))
+    lenpen_style: LengthPenaltyStyle = setting("fairseq", "lp(|Y|) = |Y|^α (fairseq: with α = 1, the mean "
+                                               "log-probability a token) or ((5 + |Y|) / 6)^α (gnmt: the paper's).")
+    max_len_a: float = setting(1.0, "Output at most a · source tokens + b tokens (EOS not counted).",
+                               bounds=AT_LEAST_0)
+    max_len_b: int = setting(50, "See max_len_a.", bounds=AT_LEAST_1)
+    min_len: int = setting(0, "Output at least this many tokens before EOS.", bounds=AT_LEAST_0)
+    nbest: int = setting(1, "Translations kept per sentence, best first, at most beam (with sampling: samples per "
+                         "sentence, any number).", bounds=AT_LEAST_1)
+    no_repeat_ngram: int = setting(
+        0, "Never produce an n-gram of this size twice in one translation (fairseq's, CTranslate2's remedy for "
+        "loops); 0: allowed.", bounds=Bounds(0, note="0: allowed"))
+    sampling: bool = setting(
+        False, "Draw each token from the model's distribution instead of searching (back-translation, Edunov et al. "
+        "2018). A line's samples depend on seed, its index in the input and the model only.")
+    topk: int | None = setting(None, "With sampling: draw from the k most probable tokens only [default: all].",
+                               bounds=Bounds(1, note="leave it unset to draw from all"))
+    topp: float = setting(
+        1.0, "With sampling: draw from the fewest most probable tokens whose probabilities sum to at least p "
+        "(nucleus sampling); 1: all.", bounds=Bounds(0, 1, low_open=True))
+    temperature: float = setting(
+        1.0, "With sampling: divide the log-probabilities by T before drawing: below 1 sharper, above 1 flatter.",
+        bounds=POSITIVE)
+    seed: int = setting(1, "With sampling: the seed of the draws.")
+
+    @classmethod
+    def of_checkpoint(cls, checkpoint: dict[str, Any], **overrides: Any) -> DecodeConfig:
+        """The settings of a checkpoint's stored recipe (`decode:`), with `overrides` (the flags a user set)
+        on top. A field the recipe lacks, as one written before the field existed, takes the paper's default,
+        and a key mtx no longer knows is passed over, so every checkpoint still translates."""
+        stored = (checkpoint.get("recipe") or {}).get("decode") or {}
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{**{k: v for k, v in stored.items() if k in known}, **overrides})
+
+    def validate(self, key: str) -> None:
+        """As the recipe section `key`: `decode.beam = 0 must be at least 1.`"""
+        self._validate(lambda name: f"{key}.{name}", " = ", ConfigError)
+
+    def validate_flags(self, vocabulary: int | None = None) -> None:
+        """As command-line flags: `--beam 0 must be at least 1.`, `--max-len-a -1.0 must be at least 0.`"""
+        self._validate(lambda name: "--" + name.replace("_", "-"), " ", MtxError, vocabulary)
+
+    def _validate(self, spell: Callable[[str], str], separator: str, error: type[MtxError],
+                  vocabulary: int | None = None) -> None:
+        if (problem := self.first_problem(spell, separator, vocabulary)) is not None:
+            raise error(problem[1])
+
+    def first_problem(self, spell: Callable[[str], str], separator: str,
+                      vocabulary: int | None = None) -> tuple[str, str] | None:
+        """The first value the search cannot honour, as (its field's name, a message naming the field as `spell`
+        writes names: a recipe key, a flag, a request's JSON field); None if every value is fine. `vocabulary`:
+        the model's size, where one is at hand, which no beam may exceed."""
+        def problem(name: str, what: str) -> tuple[str, str]:
+            return name, f"{spell(name)}{separator}{getattr(self, name)!r} {what}."
+
+        styles = typing.get_args(LengthPenaltyStyle)
+        if self.lenpen_style not in styles:
+            return problem("lenpen_style", f"is not one of {', '.join(styles)}")
+        for name, what in bounds_problems(self):
+            return problem(name, what)
+        if vocabulary is not None and self.beam > vocabulary:
+            return problem("beam", f"is more than the model's {vocabulary:,} vocabulary tokens: beams are distinct "
+                           "continuations, so there cannot be more")
+        if not self.sampling and self.nbest > self.beam:
+            return problem("nbest", f"must be between 1 and {spell('beam')} ({self.beam})")
+        if not self.sampling:
+            for name, unset in SAMPLING_ONLY.items():
+                if getattr(self, name) != unset:
+                    return problem(name, f"applies only with {spell('sampling')}")
+        return None
