@@ -46,6 +46,7 @@ from mtx.decode.search import (
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
+from mtx.train.components import Hooks
 from mtx.train.trainer import distributed
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: recipes/, bench/, mtx/
@@ -326,44 +327,35 @@ def events(metrics: Path, kind: str) -> list[dict]:
 
 
 class FakeClock:
-    """time.monotonic for the trainer and its checkpoint keeper and log, where every optimizer update takes
-    `per_update` seconds."""
+    """A clock for a run where every optimizer update takes `per_update` seconds: `hooks` hands it to the
+    trainer, its checkpoint keeper and its log, and times each update with it."""
 
-    def __init__(self, monkeypatch, per_update: float) -> None:
-        import types
-
-        import mtx.train.checkpoints
-        import mtx.train.metrics_log
-        import mtx.train.trainer
-
+    def __init__(self, per_update: float) -> None:
         self.offset, self.per_update = 0.0, per_update
-        for module in (mtx.train.trainer, mtx.train.checkpoints, mtx.train.metrics_log):
-            monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=self))
-        update = mtx.train.trainer.Trainer._train_update
-
-        def timed_update(trainer, *args, **kwargs):
-            stepped = update(trainer, *args, **kwargs)
-            self.offset += self.per_update
-            return stepped
-
-        monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", timed_update)
 
     def __call__(self) -> float:
         return time.monotonic() + self.offset
 
+    def timed_update(self, state, batches, update) -> bool:
+        stepped = update()
+        self.offset += self.per_update
+        return stepped
 
-def scripted_bleu(monkeypatch, scores: list[float]) -> None:
-    """Validation BLEU follows `scores`, one per validation, with a length ratio of BLEU / 20; the valid loss is
-    computed for real."""
-    import mtx.train.validation
+    @property
+    def hooks(self) -> Hooks:
+        return Hooks(clock=self, around_update=self.timed_update)
 
+
+def scripted_bleu(scores: list[float]):
+    """A valid BLEU (mtx.train.components.Hooks.valid_bleu) that follows `scores`, one per validation, with a
+    length ratio of BLEU / 20; the valid loss is computed for real."""
     remaining = iter(scores)
 
-    def scripted(validator) -> tuple[float, float]:
+    def scripted() -> tuple[float, float]:
         bleu = next(remaining)
         return bleu, bleu / 20
 
-    monkeypatch.setattr(mtx.train.validation.Validator, "_valid_bleu", scripted)
+    return scripted
 
 
 # Two gloo processes as torchrun would start them.

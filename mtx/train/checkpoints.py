@@ -69,14 +69,16 @@ class CheckpointKeeper:
 
     def __init__(self, recipe: Recipe, ctx: distributed.Context, model: Transformer, tokenizer: Tokenizer,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, say: Callable[[str], None],
-                 ema: WeightAverage | None = None, data_stats: dict[str, Any] | None = None) -> None:
-        """`data_stats`: what the training data says of its pairs (mtx.decode.flags), stored in every checkpoint."""
-        self.recipe, self.ctx, self.say = recipe, ctx, say
+                 ema: WeightAverage | None = None, data_stats: dict[str, Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`data_stats`: what the training data says of its pairs (mtx.decode.flags), stored in every checkpoint;
+        `clock`: the seconds that train.save_every_minutes counts."""
+        self.recipe, self.ctx, self.say, self.clock = recipe, ctx, say, clock
         self.model, self.tokenizer, self.optimizer, self.scaler = model, tokenizer, optimizer, scaler
         self.ema, self.data_stats = ema, data_stats
         self.directory = recipe.run_path / "checkpoints"
         self.saved_step = 0  # the step of the newest checkpoint, written or being written: a stop need not save it
-        self.last_save_time = time.monotonic()  # train.save_every_minutes counts from the last save or resume
+        self.last_save_time = self.clock()  # train.save_every_minutes counts from the last save or resume
         self.background = ctx.device.type == "cuda"  # periodic saves written by a thread while training goes on
         self._writing: _Write | None = None  # rank 0's step checkpoint write in flight, if any
 
@@ -120,7 +122,7 @@ class CheckpointKeeper:
                            "directory must be one shared filesystem that every node sees alike.")
         if chosen is not None:
             self.say(f"Resuming from {chosen} (step {progress['step']}, epoch {progress['epoch']}).")
-        self.saved_step, self.last_save_time = progress.get("step", 0), time.monotonic()
+        self.saved_step, self.last_save_time = progress.get("step", 0), self.clock()
         return progress
 
     def _load(self, path: Path) -> dict[str, Any]:
@@ -166,7 +168,7 @@ class CheckpointKeeper:
     def save_due(self) -> bool:
         """Whether train.save_every_minutes of wall-clock time have passed since the last save (on this rank)."""
         minutes = self.recipe.train.save_every_minutes
-        return minutes is not None and time.monotonic() - self.last_save_time >= 60 * minutes
+        return minutes is not None and self.clock() - self.last_save_time >= 60 * minutes
 
     def save(self, step: int, progress: dict[str, Any], wait: bool = False) -> None:
         """step_<N>.pt, then last.pt as a hard link to it (no second write), the oldest steps beyond
@@ -179,7 +181,7 @@ class CheckpointKeeper:
         state for the next save to drop, as a stop may have only seconds.
         """
         self.flush()
-        self.saved_step, self.last_save_time = step, time.monotonic()
+        self.saved_step, self.last_save_time = step, self.clock()
         if not self.ctx.is_main:
             return
         train_state = {"progress": progress, "optimizer": self.optimizer.state_dict(),

@@ -18,7 +18,7 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,10 +39,12 @@ class MetricsLog:
     two train lines and across a checkpoint (`carried_over`, `open_window`).
 
     With `tensorboard`, every rank checks here that TensorBoard is installed, so that a run refuses at once.
+    `clock` gives the seconds that tokens_per_s divides by.
     """
 
-    def __init__(self, path: Path, ctx: distributed.Context, tensorboard: bool = False) -> None:
-        self.path, self.ctx = path, ctx
+    def __init__(self, path: Path, ctx: distributed.Context, tensorboard: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path, self.ctx, self.clock = path, ctx, clock
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self.tensorboard = TensorBoardLog(path.parent / "tensorboard") if tensorboard else None
         self.open_window({})
@@ -55,7 +57,7 @@ class MetricsLog:
         sums = [carried.get("window_loss", 0.0), carried.get("window_nll", 0.0)] if self.ctx.is_main else [0.0, 0.0]
         self.sums = torch.tensor(sums, dtype=torch.float64, device=self.ctx.device)  # this rank's loss and nll
         self.tokens = carried.get("window_tokens", 0.0)
-        self.window_start = time.monotonic()
+        self.window_start = self.clock()
 
     def add(self, sums: Tensor, n_tokens: float) -> None:
         """One update: its summed loss and nll (on the device, not read back) and its target tokens, all ranks'."""
@@ -82,13 +84,13 @@ class MetricsLog:
         if not math.isfinite(loss):
             raise MtxError(f"Training diverged at step {step} (loss {loss}): lower train.lr, raise "
                            "train.warmup or set train.clip_norm, and pass --restart.")
-        window_seconds = max(time.monotonic() - self.window_start, 1e-9)
+        window_seconds = max(self.clock() - self.window_start, 1e-9)
         self.record({"event": "train", "step": step, "epoch": epoch, "loss": loss, "nll": nll,
                      "ppl": math.exp(min(nll, 100.0)), "lr": lr, "grad_norm": float(grad_norm),
                      "tokens_per_s": tokens / window_seconds, "skipped_steps": skipped_steps, **self.timing(seconds)})
         self.progress.update(self.task, info=f"loss {loss:.3f}  lr {lr:.2e}  {tokens / window_seconds:,.0f} tok/s")
         self.sums.zero_()
-        self.tokens, self.window_start = 0.0, time.monotonic()
+        self.tokens, self.window_start = 0.0, self.clock()
 
     # ---- lines
 

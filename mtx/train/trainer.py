@@ -21,92 +21,39 @@ Between updates the loop asks the stopping rules (mtx.train.stopping: budgets, p
 ranks agreeing through the same all-reduce (on the host) that sums the update's token count; a signal also
 cuts a validation short (mtx.train.validation). On stopping it writes the checkpoint of that step first and
 returns, and running the same command again resumes. While the GPU computes an update, a background thread
-collates the next. What the run reports goes to metrics.jsonl, stderr and TensorBoard (mtx.train.metrics_log).
+collates the next (mtx.train.feeding). What the run reports goes to metrics.jsonl, stderr and TensorBoard
+(mtx.train.metrics_log).
+
+The trainer builds none of its parts: `train` has mtx.train.components build them from the recipe and hands
+them over, the hooks that tests replace (the clock, the loss, a wrapper around each update, the valid BLEU)
+among them; mtx.train.resume loads the checkpoint into them and mtx.train.state says where the session goes on.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import inspect
 import math
-import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from contextlib import nullcontext
+from typing import NamedTuple, NoReturn
 
-import numpy as np
 import torch
 from rich.console import Console
 from torch import Tensor
-from torch.nn.parallel import DistributedDataParallel
 
-from mtx.checkpoint import describe_checkpoint, inference_weights
 from mtx.config.fields import parse_duration
-from mtx.config.recipe import ModelConfig, Recipe, TrainConfig
-from mtx.data.batching import Batch, BatchPlan, collate, in_background, update_shape
-from mtx.data.bpe_dropout import GROWTH_SAMPLE, BpeDropout, DroppedOutSplit, SegmentingWorkers, growth
-from mtx.data.prepared import load_manifest, load_split
-from mtx.decode.flags import training_statistics
-from mtx.devices import allow_tf32, available_memory, choose_dtype
+from mtx.config.recipe import Recipe, TrainConfig
+from mtx.data.batching import Batch
 from mtx.errors import MtxError, first_line, is_out_of_memory
-from mtx.model.transformer import Transformer, count_parameters_for
-from mtx.tokenizer import Tokenizer
-from mtx.train import distributed, fine_tuning
-from mtx.train.checkpoints import CheckpointKeeper
-from mtx.train.ema import WeightAverage
-from mtx.train.loss import batch_loss
-from mtx.train.metrics_log import MetricsLog
+from mtx.train import distributed
+from mtx.train.components import Hooks, RunParts, build_run, for_training
+from mtx.train.feeding import collated_updates
 from mtx.train.milestones import describe_milestones, milestones_reached
-from mtx.train.run_data import check_data_matches_recipe, load_valid_set, training_batches
+from mtx.train.resume import resume_run
 from mtx.train.run_lock import RunLock
-from mtx.train.stopping import Budgets, StopReason, StopSignals, improves
-from mtx.train.validation import Validator
+from mtx.train.state import TrainState, reposition_for_this_session
+from mtx.train.stopping import StopReason, improves
 
 MIN_LOSS_SCALE = 1e-4  # fp16: a grad scaler halved this far finds inf/NaN gradients at any scale (fairseq's limit)
-
-
-@dataclass
-class TrainState:
-    """The trainer's progress, as Python primitives (checkpoints load with weights_only=True)."""
-
-    step: int = 0  # optimizer updates done
-    epoch: int = 1  # the epoch in progress, from 1
-    batch_in_epoch: int = 0  # batches of `epoch`'s order trained on: where a resumed run continues
-    world: int = 1  # the processes and train.update_freq of the session that saved this state: the batches
-    update_freq: int = 1  # of an update, which a resume on another shape reports
-    max_tokens: int | None = None  # and the budget and number of the epoch's batches it counted positions in
-    epoch_batches: int | None = None  # (None: saved by an mtx that did not record them)
-    train_seconds: float = 0.0  # summed over all sessions of the run; what train.max_time budgets
-    best_bleu: float | None = None
-    bad_validations: int = 0  # validations since best_bleu last improved
-    skipped_steps: int = 0  # fp16 updates dropped by the grad scaler for inf/NaN gradients (not in `step`)
-    tokens: int = 0  # target tokens of all updates so far, all ranks' (skipped ones too: the data moved on)
-    milestones: list[dict[str, Any]] = field(default_factory=list)  # the milestone lines of levels reached
-
-    @classmethod
-    def from_progress(cls, progress: dict[str, Any], world: int, update_freq: int) -> TrainState:
-        """The state in a checkpoint's progress, which also holds the log's loss window (its window_* keys); a
-        new run's state on `world` processes × `update_freq` if there is none.
-
-        A checkpoint of an mtx from before positions were counted in batches holds `update_in_epoch` instead, with
-        no shape: it is taken to have the shape of this session, as that mtx would have taken it."""
-        state = cls(**{f.name: progress[f.name] for f in dataclasses.fields(cls) if f.name in progress})
-        if "batch_in_epoch" not in progress:
-            state.world, state.update_freq = world, update_freq
-            state.batch_in_epoch = progress.get("update_in_epoch", 0) * world * update_freq
-        return state
-
-
-def for_this_session(recipe: Recipe, world: int) -> Recipe:
-    """The recipe with train.update_tokens turned into this session's max_tokens and update_freq for `world`
-    processes (mtx.data.batching.update_shape); as it is without it."""
-    cfg = recipe.train
-    if cfg.update_tokens is None:
-        return recipe
-    max_tokens, update_freq = update_shape(cfg.update_tokens, cfg.max_tokens, world)
-    return dataclasses.replace(recipe, train=dataclasses.replace(cfg, max_tokens=max_tokens, update_freq=update_freq))
 
 
 def learning_rate(cfg: TrainConfig, d_model: int, step: int) -> float:
@@ -127,127 +74,37 @@ def dropout_seed(seed: int, step: int, rank: int) -> int:
     return ((seed * 1_000_003 + step) * 1_009 + rank) % 2**63
 
 
-class Trainer:
-    """Builds the run from the recipe and its prepared data, resumes it if it has checkpoints, and trains.
+class Agreement(NamedTuple):
+    """What all ranks settle before an update: its target tokens on all ranks, whether to stop and why, and
+    whether a wall-clock save is due."""
 
-    Its parts: the batch plan (mtx.data.batching), the validator (mtx.train.validation), the checkpoint
-    keeper (mtx.train.checkpoints) and the metrics log (mtx.train.metrics_log); the trainer holds the model,
-    the optimizer and the state, and decides, update by update, what comes next.
+    n_tokens: float
+    stop: StopReason | None
+    save_due: bool
+
+
+class Trainer:
+    """Resumes a run into the parts it is handed (mtx.train.components) and trains them, deciding, update by
+    update, what comes next: log, validate, save, stop.
+
+    Its parts: the batch plan, the model, its precision and optimizer, the validator, the checkpoint keeper and
+    the metrics log; the trainer holds the state.
     """
 
-    def __init__(self, recipe: Recipe, ctx: distributed.Context, restart: bool = False,
-                 lock: RunLock | None = None) -> None:
-        """`lock`: the run directory's lock, which rank 0 holds (mtx.train.run_lock), None on the other ranks."""
-        recipe = for_this_session(recipe, ctx.world)
-        self.recipe, self.cfg, self.ctx, self.lock = recipe, recipe.train, ctx, lock
-        distributed.check_shared_directory(recipe.run_path)
-        self.log = MetricsLog(recipe.run_path / "metrics.jsonl", ctx, self.cfg.tensorboard)  # TensorBoard checked here
-        if self.cfg.update_tokens is not None:
-            self.log.say(f"train.update_tokens {self.cfg.update_tokens:,} on {ctx.world} process"
-                         f"{'es' if ctx.world > 1 else ''}: micro-batches of up to {self.cfg.max_tokens:,} tokens, "
-                         f"update_freq {self.cfg.update_freq}.")
-        data_dir = recipe.run_path / "data"
-        manifest = load_manifest(data_dir)
-        check_data_matches_recipe(recipe, manifest, data_dir)
-        self.tokenizer = Tokenizer.from_file(data_dir / "tokenizer.json")
-        self.train_split = load_split(data_dir, "train")
-        batches = training_batches(recipe, manifest, self.train_split, say=self.log.say)
-        self.plan = BatchPlan(batches, recipe.seed, self.cfg.update_freq, ctx.world, ctx.rank)
-        self.bpe_dropout = self._bpe_dropout()
-        self.segmenting = (None if self.bpe_dropout is None or self.cfg.bpe_dropout_workers == 0 else
-                           SegmentingWorkers(self.cfg.bpe_dropout_workers, data_dir, self.bpe_dropout,
-                                             recipe.model.max_positions))
-        valid = load_valid_set(recipe, manifest, data_dir)
-
-        _check_model_fits_memory(recipe.model, self.tokenizer.vocab_size, ctx.device)
-        torch.manual_seed(recipe.seed)
-        self.model = Transformer(recipe.model, self.tokenizer.vocab_size).to(ctx.device)
-        dtype = choose_dtype(self.cfg.precision, ctx.device, "train.precision")
-        self.amp_dtype = None if dtype == torch.float32 else dtype  # the autocast dtype; None: none
-        if dtype == torch.float32:
-            allow_tf32(ctx.device)
-        self.scaler = torch.amp.GradScaler(ctx.device.type, enabled=self.amp_dtype == torch.float16)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.0, betas=tuple(self.cfg.betas),
-                                           eps=self.cfg.eps, weight_decay=self.cfg.weight_decay,
-                                           fused=ctx.device.type == "cuda")
-        self.ema = None if self.cfg.ema_decay is None else WeightAverage(self.model, self.cfg.ema_decay)
-        self.signals = StopSignals()
-        self.budgets = Budgets(self.cfg)
-        self.validator = None if valid is None else Validator(valid, recipe, ctx, self.model, self.tokenizer,
-                                                              self.signals.requested, self._autocast)
-        split = self.train_split  # what the data says of its pairs goes into checkpoints, which rank 0 alone writes
-        data_stats = training_statistics(split.src_lens, split.tgt_lens, lambda i: (split.src(i), split.tgt(i))
-                                         ) if ctx.is_main else None
-        self.keeper = CheckpointKeeper(recipe, ctx, self.model, self.tokenizer, self.optimizer, self.scaler,
-                                       say=self.log.say, ema=self.ema, data_stats=data_stats)
-        progress = self._resume(restart)
-        self.state = TrainState.from_progress(progress, ctx.world, self.cfg.update_freq)
-        self._take_this_sessions_shape()
-        self.forward_model = _for_training(self.model, self.cfg.compile, ctx)
-        self.log.open_window(progress)
-        self.session_start = time.monotonic()
+    def __init__(self, parts: RunParts, lock: RunLock | None = None, restart: bool = False) -> None:
+        """`lock`: the run directory's lock, which rank 0 holds (mtx.train.run_lock), None on the other ranks;
+        `restart`: delete the run's checkpoints and log first (--restart)."""
+        self.parts, self.recipe, self.cfg, self.ctx = parts, parts.recipe, parts.recipe.train, parts.ctx
+        self.lock, self.clock = lock, parts.hooks.clock
+        progress = resume_run(parts, restart)
+        self.state = TrainState.from_progress(progress, self.ctx.world, self.cfg.update_freq)
+        reposition_for_this_session(self.state, len(parts.plan.batches), self.cfg.max_tokens, self.ctx.world,
+                                    self.cfg.update_freq, parts.log.say)
+        self.forward_model = for_training(parts.model, self.cfg.compile, self.ctx)
+        parts.log.open_window(progress)
+        self.session_start = self.clock()
         self.seconds_before = self.state.train_seconds
         self.last_lr, self.last_grad_norm = 0.0, torch.zeros(())
-
-    def _resume(self, restart: bool) -> dict[str, Any]:
-        """The progress of the checkpoint every rank resumed from ({} for a new run), once rank 0 has cleared
-        what --restart or a kill in the middle of a write left, and dropped the events logged after it. A new
-        run with train.init_from starts from its parent."""
-        if restart:
-            self.keeper.delete_all()
-            self.log.delete()
-        self.keeper.remove_torn_writes()
-        distributed.barrier()
-        progress = self.keeper.resume()
-        if not progress and self.cfg.init_from is not None:
-            progress = self._start_from_parent()
-        self.log.truncate_after(progress.get("step", 0))
-        return progress
-
-    def _start_from_parent(self) -> dict[str, Any]:
-        """Load train.init_from's weights (its moving average's, where it keeps one) — or, with
-        train.init_from_state, all it holds to train on — and say which; the progress the run starts with."""
-        checkpoint = fine_tuning.parent_checkpoint(self.recipe)
-        fine_tuning.check_vocabulary(self.recipe, checkpoint, self.tokenizer)
-        path = self.cfg.init_from
-        if self.cfg.init_from_state:
-            self.keeper.restore(checkpoint, path)
-            progress = fine_tuning.inherited_progress(checkpoint)
-            self.log.say(f"Fine-tuning from {path}: its weights, optimizer and schedule, continued from step "
-                         f"{progress['step']} (train.init_from_state).")
-            return progress
-        self.model.load_state_dict(inference_weights(checkpoint))
-        if self.ema is not None:
-            self.ema.restart_from_weights()
-        self.log.say(f"Fine-tuning from {path} ({describe_checkpoint(checkpoint)}); the optimizer, the schedule "
-                     "and the data start fresh.")
-        return {}
-
-    def _take_this_sessions_shape(self) -> None:
-        """A run resumed on another number of processes or update_freq continues at the very batch where it
-        stopped (positions are counted in batches of the epoch's order), and says so in one line, with whether
-        an update's batches (the effective batch) changed. One resumed with another max_tokens (lowered after
-        running out of memory, or set anew by train.update_tokens on another number of processes) has other
-        batches: it continues at the same fraction of the epoch, which it says too."""
-        state, world, update_freq = self.state, self.ctx.world, self.cfg.update_freq
-        before, now = state.world * state.update_freq, world * update_freq
-        batches = len(self.plan.batches)
-        if state.max_tokens not in (None, self.cfg.max_tokens) and state.epoch_batches:
-            position = state.batch_in_epoch
-            state.batch_in_epoch = min(batches, round(position * batches / state.epoch_batches))
-            self.log.say(f"The batches were cut with max_tokens {state.max_tokens:,} when the run stopped and are "
-                         f"cut with {self.cfg.max_tokens:,} now: it continues at the same fraction of epoch "
-                         f"{state.epoch}, batch {state.batch_in_epoch:,} of {batches:,} (it stopped at "
-                         f"{position:,} of {state.epoch_batches:,}).")
-        elif (state.world, state.update_freq) != (world, update_freq):
-            effect = (f"An update has the same {now} batches as before." if before == now else
-                      f"The effective batch changes from {before} to {now} batches of up to train.max_tokens tokens "
-                      "per update; the learning rate schedule stays as it was.")
-            self.log.say(f"Resuming on {world} process{'es' if world > 1 else ''} × update_freq {update_freq} "
-                         f"where the run stopped on {state.world} × {state.update_freq}: it continues at batch "
-                         f"{state.batch_in_epoch:,} of epoch {state.epoch}. {effect}")
-        state.world, state.update_freq = world, update_freq
-        state.max_tokens, state.epoch_batches = self.cfg.max_tokens, batches
 
     # ---- the loop
 
@@ -257,79 +114,38 @@ class Trainer:
         Whether there is anything to do at all is decided from the checkpoint's state alone, which every rank
         holds alike: were it decided by each rank's own clock, a run resumed within a moment of train.max_time
         could have one rank return while the others wait for it in their first collective."""
-        if (reason := self._budget_spent() or self.budgets.time_spent(self.seconds_before)) is not None:
-            self.log.say(f"Nothing to do: {reason.describe(self.cfg)} at step {self.state.step}. Raise it to train "
-                         "longer, or pass --restart to start over.")
-            return self.state
+        parts, state = self.parts, self.state
+        if (reason := self._budget_spent() or parts.budgets.time_spent(self.seconds_before)) is not None:
+            parts.log.say(f"Nothing to do: {reason.describe(self.cfg)} at step {state.step}. Raise it to train "
+                          "longer, or pass --restart to start over.")
+            return state
         try:
-            with self.signals, self.log.session(total=self.cfg.max_steps, completed=self.state.step):
+            with parts.signals, parts.log.session(total=self.cfg.max_steps, completed=state.step):
                 while True:
-                    for batches_done, batches in self._collated_updates():
-                        n_tokens, stop, save_due = self._agree(batches)
-                        if stop is not None:
-                            return self._finish(stop)
-                        if save_due:
+                    for batches_done, batches in collated_updates(parts, state.epoch, state.batch_in_epoch):
+                        agreed = self._agree_on_the_next_update(batches)
+                        if agreed.stop is not None:
+                            return self._finish(agreed.stop)
+                        if agreed.save_due:
                             self._save()
-                        stepped = self._train_update(batches, n_tokens)
-                        self.state.batch_in_epoch, self.state.tokens = batches_done, self.state.tokens + int(n_tokens)
+                        stepped = self._run_update(batches, agreed.n_tokens)
+                        state.batch_in_epoch, state.tokens = batches_done, state.tokens + int(agreed.n_tokens)
                         if (stop := self._after_update(stepped)) is not None:
                             return self._finish(stop)
-                    self.state.epoch += 1
-                    self.state.batch_in_epoch = 0
+                    state.epoch += 1
+                    state.batch_in_epoch = 0
         finally:
-            self.keeper.flush()  # an error, too, ends with the step checkpoint being written in place
-            if self.segmenting is not None:
-                self.segmenting.close()
+            parts.keeper.flush()  # an error, too, ends with the step checkpoint being written in place
+            if parts.segmenting is not None:
+                parts.segmenting.close()
 
-    def _bpe_dropout(self) -> BpeDropout | None:
-        """train.bpe_dropout's segmenter, once it has said how much longer it makes the training sentences."""
-        if self.cfg.bpe_dropout == 0:
-            return None
-        dropout = BpeDropout(self.tokenizer, self.cfg.bpe_dropout, self.recipe.seed)
-        workers = self.cfg.bpe_dropout_workers
-        by = f" by {workers} worker process{'es' if workers > 1 else ''}" if workers else ""
-        self.log.say(f"BPE-dropout {self.cfg.bpe_dropout}: training sentences are segmented anew each epoch{by}, "
-                     f"{growth(self.train_split, dropout):.2f}× as many tokens on a sample of {GROWTH_SAMPLE:,} pairs; "
-                     "batches are cut by the stored segmentation, so they hold that many more tokens than "
-                     "train.max_tokens.")
-        return dropout
-
-    def _collated_updates(self) -> Iterator[tuple[int, list[Batch]]]:
-        """This rank's updates of the epoch in progress, their batches collated by a background thread, ahead
-        of the GPU, into page-locked memory that the GPU copies from without stopping the host. With
-        BPE-dropout, that thread segments the sentences anew too, or hands the batches to the worker processes
-        (train.bpe_dropout_workers), which work up to that many updates ahead."""
-        pin = self.ctx.device.type == "cuda"
-        epoch = self.state.epoch
-
-        def ready(collated: Batch) -> Batch:
-            return collated.pin_memory() if pin else collated
-
-        def segmented(updates: Iterator[tuple[int, list[np.ndarray]]]) -> Iterator[tuple[int, list[Batch]]]:
-            pending: collections.deque = collections.deque()
-            for done, indices in updates:
-                pending.append((done, [self.segmenting.submit(epoch, i) for i in indices]))
-                if len(pending) > self.cfg.bpe_dropout_workers:
-                    done, futures = pending.popleft()
-                    yield done, [ready(future.result()) for future in futures]
-            for done, futures in pending:
-                yield done, [ready(future.result()) for future in futures]
-
-        updates = self.plan.updates(epoch, self.state.batch_in_epoch)
-        if self.segmenting is not None:
-            return in_background(segmented(updates), ahead=2)
-        split = self.train_split
-        if self.bpe_dropout is not None:
-            split = DroppedOutSplit(split, self.bpe_dropout, epoch, self.recipe.model.max_positions)
-        return in_background(((done, [ready(collate(split, i)) for i in indices]) for done, indices in updates),
-                             ahead=2)
-
-    def _agree(self, batches: list[Batch]) -> tuple[float, StopReason | None, bool]:
+    def _agree_on_the_next_update(self, batches: list[Batch]) -> Agreement:
         """One all-reduce (on the host) before each update: its target tokens on all ranks, and whether any rank
         was signalled, ran out of time or is due a wall-clock save, so that all ranks stop or save together;
         and whether rank 0's heartbeat found the run's lock taken over, which stops every rank at once."""
-        local = [sum(b.n_tgt_tokens for b in batches), self.signals.requested(),
-                 self._time_spent() is not None, self.keeper.save_due(), self.lock is not None and self.lock.lost]
+        local = [sum(b.n_tgt_tokens for b in batches), self.parts.signals.requested(),
+                 self._time_spent() is not None, self.parts.keeper.save_due(),
+                 self.lock is not None and self.lock.lost]
         n_tokens, signalled, out_of_time, save_due, lock_lost = distributed.all_reduce_sum(
             torch.tensor(local, dtype=torch.float64)).tolist()
         if lock_lost:
@@ -339,7 +155,11 @@ class Trainer:
             stop = StopReason.SIGNAL
         elif out_of_time:
             stop = StopReason.MAX_TIME
-        return n_tokens, stop, bool(save_due)
+        return Agreement(n_tokens, stop, bool(save_due))
+
+    def _run_update(self, batches: list[Batch], n_tokens: float) -> bool:
+        """The update, through the hook that tests observe it by (mtx.train.components.Hooks.around_update)."""
+        return self.parts.hooks.around_update(self.state, batches, lambda: self._train_update(batches, n_tokens))
 
     def _train_update(self, batches: list[Batch], n_tokens: float) -> bool:
         """One optimizer update over this rank's micro-batches; False if the fp16 grad scaler skipped it.
@@ -347,56 +167,59 @@ class Trainer:
         A skipped update (inf/NaN gradients) is not an update: `step`, and with it the learning rate schedule,
         stays where it was, as fairseq counts updates, and the next batches retry it. The data moves on.
         """
-        step = self.state.step + 1
+        parts, step = self.parts, self.state.step + 1
+        optimizer, scaler = parts.optimizer, parts.precision.scaler
         self.forward_model.train()
         torch.manual_seed(dropout_seed(self.recipe.seed, step, self.ctx.rank))
         lr = learning_rate(self.cfg, self.recipe.model.d_model, step)
-        for group in self.optimizer.param_groups:
+        for group in optimizer.param_groups:
             group["lr"] = lr
         # DDP averages gradients over ranks; multiplying by world / tokens turns that into a per-token mean.
         scale = self.ctx.world / n_tokens
         sums = torch.zeros(2, dtype=torch.float64, device=self.ctx.device)  # this update's loss and nll
         for i, batch in enumerate(batches):
             sums += self._forward_backward(batch.to(self.ctx.device), scale, sync=i == len(batches) - 1)
-        self.scaler.unscale_(self.optimizer)
+        scaler.unscale_(optimizer)
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
-        self.last_grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else None
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        if scale_before is not None and self.scaler.get_scale() < scale_before:
+        self.last_grad_norm = torch.nn.utils.clip_grad_norm_(parts.model.parameters(), max_norm)
+        scale_before = scaler.get_scale() if scaler.is_enabled() else None
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        if scale_before is not None and scaler.get_scale() < scale_before:
             self.state.skipped_steps += 1
-            if self.scaler.get_scale() < MIN_LOSS_SCALE:
+            if scaler.get_scale() < MIN_LOSS_SCALE:
                 raise MtxError(f"Training diverged at step {self.state.step}: the fp16 loss scale fell below "
                                f"{MIN_LOSS_SCALE} and the gradients are still inf/NaN. Lower train.lr, raise "
                                "train.warmup or set train.clip_norm (or use bf16), and pass --restart.")
             return False
-        self.log.add(sums, n_tokens)
+        parts.log.add(sums, n_tokens)
         self.state.step, self.last_lr = step, lr
-        if self.ema is not None:
-            self.ema.update(step)
+        if parts.ema is not None:
+            parts.ema.update(step)
         return True
 
     def _forward_backward(self, batch: Batch, scale: float, sync: bool) -> Tensor:
         """One micro-batch: the loss's gradient, scaled, added to the parameters' (DDP's all-reduce only when
         `sync`); its summed loss and nll, left on the device. Nothing here waits for the device."""
+        parts = self.parts
         no_sync = self.forward_model.no_sync() if self.ctx.distributed and not sync else nullcontext()
-        with no_sync, self._autocast():
-            loss_sum, nll_sum, _ = batch_loss(self.model, batch, self.cfg.label_smoothing, run=self.forward_model)
-            self.scaler.scale(loss_sum * scale).backward()
+        with no_sync, parts.precision.autocast():
+            loss_sum, nll_sum, _ = parts.hooks.loss(parts.model, batch, self.cfg.label_smoothing,
+                                                    run=self.forward_model)
+            parts.precision.scaler.scale(loss_sum * scale).backward()
         return torch.stack([loss_sum.detach(), nll_sum]).double()
 
     def _after_update(self, stepped: bool) -> StopReason | None:
         """Log, validate, save as scheduled after a real update; the reason to stop, if any."""
-        state = self.state
+        state, log = self.state, self.parts.log
         state.train_seconds = self._elapsed()
         if stepped:
-            self.log.show_step(state.step)
+            log.show_step(state.step)
             if state.step % self.cfg.log_every == 0:
-                self.log.log_train(state.step, state.epoch, self.last_lr, self.last_grad_norm, state.skipped_steps,
-                                   state.train_seconds)
-            validate = self.validator is not None and state.step % self.cfg.validate_every == 0
+                log.log_train(state.step, state.epoch, self.last_lr, self.last_grad_norm, state.skipped_steps,
+                              state.train_seconds)
+            validate = self.parts.validator is not None and state.step % self.cfg.validate_every == 0
             if validate and (interrupted := self._validate()) is not None:
                 return interrupted
         reason = self._budget_spent()
@@ -408,32 +231,33 @@ class Trainer:
         """Valid loss, BLEU and length ratio, logged, with the milestones they reach; best.pt and patience follow
         the BLEU. A stop signal interrupts it: then nothing is recorded and the loop stops, so that the stop does
         not wait for decoding."""
-        with nullcontext() if self.ema is None else self.ema.in_model():
-            scores = self.validator.run()
+        parts, state = self.parts, self.state
+        with nullcontext() if parts.ema is None else parts.ema.in_model():
+            scores = parts.validator.run()
         if scores is None:
             return StopReason.SIGNAL
         loss, nll, bleu, ratio = scores
-        state = self.state
         if improves(bleu, state.best_bleu):
             state.best_bleu, state.bad_validations = bleu, 0
             self._check_lock()
-            self.keeper.save_best(state.step)
+            parts.keeper.save_best(state.step)
         else:
             state.bad_validations += 1
         valid = {"event": "valid", "step": state.step, "valid_loss": loss, "valid_nll": nll,
                  "valid_ppl": math.exp(min(nll, 100.0)), "valid_bleu": bleu, "valid_length_ratio": ratio,
-                 "best_bleu": state.best_bleu, "tokens": state.tokens, **self.log.timing(self._elapsed())}
-        self.log.record(valid)
+                 "best_bleu": state.best_bleu, "tokens": state.tokens, **parts.log.timing(self._elapsed())}
+        parts.log.record(valid)
         for milestone in milestones_reached(self.cfg.bleu_milestones, state.milestones, valid):
             state.milestones.append(milestone)
-            self.log.record(milestone)
+            parts.log.record(milestone)
         return None
 
     def _save(self, wait: bool = False) -> None:
         """A step checkpoint of the state and the open loss window, on all ranks at the same update; written in
         the background unless `wait`."""
         self._check_lock()
-        self.keeper.save(self.state.step, {**dataclasses.asdict(self.state), **self.log.carried_over()}, wait=wait)
+        progress = {**dataclasses.asdict(self.state), **self.parts.log.carried_over()}
+        self.parts.keeper.save(self.state.step, progress, wait=wait)
 
     def _check_lock(self) -> None:
         """Before a checkpoint write: rank 0 reads the lock file now, and every rank stops if another command
@@ -454,78 +278,44 @@ class Trainer:
     # ---- stopping
 
     def _budget_spent(self) -> StopReason | None:
-        """The budgets that every rank sees alike; time, which each rank measures, is agreed on in `_agree`."""
+        """The budgets that every rank sees alike; time, which each rank measures, is agreed on before each
+        update (`_agree_on_the_next_update`)."""
         state = self.state
-        return self.budgets.spent(state.step, state.epoch, self.plan.epoch_finished(state.batch_in_epoch),
-                                  state.bad_validations)
+        return self.parts.budgets.spent(state.step, state.epoch, self.parts.plan.epoch_finished(state.batch_in_epoch),
+                                        state.bad_validations)
 
     def _time_spent(self) -> StopReason | None:
-        return self.budgets.time_spent(self._elapsed())
+        return self.parts.budgets.time_spent(self._elapsed())
 
     def _finish(self, reason: StopReason) -> TrainState:
         """The stop path, which a pre-emption gives seconds: the step checkpoint first, nothing else before it."""
-        why = reason.describe(self.cfg, self.signals.received)  # the signal that stopped it, not one during the save
-        self.state.train_seconds = self._elapsed()
-        if self.keeper.saved_step != self.state.step:
+        state, keeper, log = self.state, self.parts.keeper, self.parts.log
+        why = reason.describe(self.cfg, self.parts.signals.received)  # the signal that stopped it, not a later one
+        state.train_seconds = self._elapsed()
+        if keeper.saved_step != state.step:
             self._save(wait=True)
-        self.keeper.flush()  # the periodic save of this very step may still be writing
+        keeper.flush()  # the periodic save of this very step may still be writing
         if reason is StopReason.SIGNAL:
             hint = "Run the same command again to resume."
         else:
             hint = "To train on, raise that budget and run the same command again: it resumes from here."
-        self.log.say(f"Training stopped at step {self.state.step}: {why}. Checkpoint: "
-                     f"{self.keeper.directory / 'last.pt'}. {hint}")
-        for line in describe_milestones(self.cfg.bleu_milestones, self.state.milestones, self.state.best_bleu):
-            self.log.say(line)
+        log.say(f"Training stopped at step {state.step}: {why}. Checkpoint: {keeper.directory / 'last.pt'}. {hint}")
+        for line in describe_milestones(self.cfg.bleu_milestones, state.milestones, state.best_bleu):
+            log.say(line)
         distributed.barrier()
-        return self.state
+        return state
 
     def _elapsed(self) -> float:
-        return self.seconds_before + time.monotonic() - self.session_start
-
-    def _autocast(self) -> AbstractContextManager:
-        if self.amp_dtype is None:
-            return nullcontext()
-        return torch.autocast(self.ctx.device.type, dtype=self.amp_dtype)
+        """The run's training seconds: those of the sessions before, and this one's so far."""
+        return self.seconds_before + self.clock() - self.session_start
 
 
-def _check_model_fits_memory(model: ModelConfig, vocab_size: int, device: torch.device) -> None:
-    """Refuse a model whose weights, gradients and Adam moments (float32 each) alone overflow the device's
-    memory, before allocating them: a typo in d_model gets a message, not a crash."""
-    params = count_parameters_for(model, vocab_size)
-    needed, available = 16 * params, available_memory(device)
-    if needed > available:
-        where = "GPU memory" if device.type == "cuda" else "memory"
-        raise MtxError(f"The model has {params:,} parameters: with their gradients and Adam's two moments they "
-                       f"need {needed / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB of {where} "
-                       "available. Check the model section of the recipe (d_model, d_ff, layers).")
-
-
-def _for_training(model: Transformer, compile: bool, ctx: distributed.Context) -> torch.nn.Module:
-    """The model as the updates run it: compiled if asked, inside DDP when there are several ranks.
-
-    Batch shapes change with every update; dynamic shapes compile once for all of them (rather than once per
-    shape), and DDP around the compiled model still overlaps its all-reduce with the backward.
-    """
-    forward_model: torch.nn.Module = torch.compile(model, dynamic=True) if compile else model
-    if ctx.distributed:
-        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        forward_model = DistributedDataParallel(forward_model, device_ids=device_ids, **_NO_BUFFER_SYNC)
-    return forward_model
-
-
-# The one buffer, the positional table, is the same on every rank: DDP need not broadcast it before every
-# forward. PyTorch 2.13 renamed the switch (and deprecated the old name); earlier releases know only the old one.
-_NO_BUFFER_SYNC = ({"forward_sync_buffers": False}
-                   if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-                   else {"broadcast_buffers": False})
-
-
-def train(recipe: Recipe, restart: bool = False) -> TrainState:
+def train(recipe: Recipe, restart: bool = False, hooks: Hooks | None = None) -> TrainState:
     """Train `recipe` on its prepared data in this process (one of many under torchrun).
 
     Rank 0 holds the run directory's lock (mtx.train.run_lock) for the whole run, and tells the other ranks if it
-    cannot take it, so that all of them refuse together.
+    cannot take it, so that all of them refuse together. `hooks`: what the run takes from outside it
+    (mtx.train.components.Hooks); `mtx train` runs with the defaults.
     """
     ctx = distributed.setup(recipe.train.device, parse_duration(recipe.train.dist_timeout, "train.dist_timeout"))
     lock = RunLock(recipe.run_path) if ctx.is_main else None
@@ -544,7 +334,7 @@ def train(recipe: Recipe, restart: bool = False) -> TrainState:
             Console(stderr=True).print(f"Took over the lock of a stopped run (host {old.get('host')}, pid "
                                        f"{old.get('pid')}: {old.get('stale_reason')}).", highlight=False)
         try:
-            return Trainer(recipe, ctx, restart, lock).fit()
+            return Trainer(build_run(recipe, ctx, hooks), lock, restart).fit()
         except Exception as e:
             if ctx.distributed and distributed.is_peer_failure(e):
                 peers_lost = True

@@ -4,7 +4,8 @@ ranks.
 The valid loss needs a forward pass per batch; BLEU needs the valid sources decoded, which takes far longer,
 so whether to stop (a stop signal, as the trainer's `stop_requested` tells) is asked between batches and
 between chunks of sentences, and a validation cut short records nothing: a pre-emption gives seconds, and the
-checkpoint comes first.
+checkpoint comes first. The criterion and, where a test scripts it, the valid BLEU are handed in
+(mtx.train.components.Hooks).
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ from contextlib import AbstractContextManager
 from typing import NamedTuple
 
 import torch
+from torch import Tensor
 
 from mtx.config.recipe import Recipe
 from mtx.data.batching import collate
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
 from mtx.train import distributed
-from mtx.train.loss import batch_loss
 from mtx.train.run_data import ValidSet
 
 VALID_CHUNK = 200  # valid sentences decoded between two looks at `stop_requested`
+
+ValidBleu = Callable[[], "tuple[float, float] | None"]  # BLEU and length ratio; None: a stop signal cut it short
 
 
 class ValidScores(NamedTuple):
@@ -42,17 +45,21 @@ class Validator:
 
     def __init__(self, valid: ValidSet, recipe: Recipe, ctx: distributed.Context, model: Transformer,
                  tokenizer: Tokenizer, stop_requested: Callable[[], bool],
-                 autocast: Callable[[], AbstractContextManager]) -> None:
+                 autocast: Callable[[], AbstractContextManager], loss: Callable[..., tuple[Tensor, Tensor, Tensor]],
+                 bleu: ValidBleu | None = None) -> None:
+        """`loss`: the training's criterion (mtx.train.loss.batch_loss); `bleu`: what scores the valid set,
+        decoding it (`decoded_bleu`) unless given."""
         self.recipe, self.cfg, self.ctx = recipe, recipe.train, ctx
         self.valid, self.model, self.tokenizer, self.autocast = valid, model, tokenizer, autocast
-        self.stop_requested = stop_requested
+        self.stop_requested, self.loss = stop_requested, loss
+        self.bleu = bleu or self.decoded_bleu
 
     def run(self) -> ValidScores | None:
         """The valid scores; None if a stop signal cut the validation short."""
         self.model.eval()
         try:
             valid = self._valid_loss()
-            decoded = self._valid_bleu() if valid is not None else None
+            decoded = self.bleu() if valid is not None else None
         finally:
             self.model.train()
         if valid is None or decoded is None:
@@ -68,12 +75,12 @@ class Validator:
                 if self.stop_requested():
                     break
                 batch = collate(self.valid.split, indices).to(self.ctx.device)
-                sums += torch.stack(batch_loss(self.model, batch, self.cfg.label_smoothing)).double()
+                sums += torch.stack(self.loss(self.model, batch, self.cfg.label_smoothing)).double()
         stopped = torch.tensor([self.stop_requested()], dtype=torch.float64)
         loss_sum, nll_sum, n_tokens, signalled = distributed.all_reduce_sum(torch.cat([sums.cpu(), stopped])).tolist()
         return None if signalled else (loss_sum / n_tokens, nll_sum / n_tokens)
 
-    def _valid_bleu(self) -> tuple[float, float] | None:
+    def decoded_bleu(self) -> tuple[float, float] | None:
         """BLEU and length ratio of decoding the valid sources, scored as `mtx score` does; each rank decodes
         every world-th, `VALID_CHUNK` at a time between looks at the stop signals. None if a rank was signalled
         to stop."""

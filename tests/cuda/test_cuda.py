@@ -293,23 +293,25 @@ def test_fp16_training_with_fused_adamw_skips_an_inf_gradient(tmp_path) -> None:
     import math
 
     from mtx.train import distributed
+    from mtx.train.components import Hooks, build_run
     from mtx.train.trainer import Trainer
 
-    trainer = Trainer(recipe(prepared(tmp_path), "model.dropout=0.0", device="cuda", precision="fp16",
-                             max_steps=5, log_every=1, validate_every=100, save_every=100), distributed.setup("cuda"))
-    assert trainer.optimizer.defaults["fused"] and trainer.scaler.is_enabled()
-    weight, update, stepped = trainer.model.tgt_embed.weight, trainer._train_update, []
+    stepped: list[bool] = []
 
-    def inject_at_third(batches, n_tokens):
+    def inject_at_third(state, batches, update):
+        weight = trainer.parts.model.tgt_embed.weight
         hook = weight.register_hook(lambda g: torch.full_like(g, math.inf)) if len(stepped) == 2 else None
         before = weight.detach().clone()
-        stepped.append(update(batches, n_tokens))
+        stepped.append(update())
         if hook is not None:
             hook.remove()
             assert torch.equal(before, weight.detach())
         return stepped[-1]
 
-    trainer._train_update = inject_at_third
+    run = recipe(prepared(tmp_path), "model.dropout=0.0", device="cuda", precision="fp16", max_steps=5, log_every=1,
+                 validate_every=100, save_every=100)
+    trainer = Trainer(build_run(run, distributed.setup("cuda"), Hooks(around_update=inject_at_third)))
+    assert trainer.parts.optimizer.defaults["fused"] and trainer.parts.precision.scaler.is_enabled()
     state = trainer.fit()
     assert stepped == [True, True, False, True, True, True]
     assert (state.step, state.skipped_steps) == (5, 1)
@@ -318,12 +320,14 @@ def test_fp16_training_with_fused_adamw_skips_an_inf_gradient(tmp_path) -> None:
 def test_fp32_training_on_a_gpu_allows_tf32(tmp_path) -> None:
 
     from mtx.train import distributed
+    from mtx.train.components import build_run
     from mtx.train.trainer import Trainer
 
     before = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = False
-        Trainer(recipe(prepared(tmp_path), device="cuda", precision="fp32", max_steps=1), distributed.setup("cuda"))
+        Trainer(build_run(recipe(prepared(tmp_path), device="cuda", precision="fp32", max_steps=1),
+                          distributed.setup("cuda")))
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before

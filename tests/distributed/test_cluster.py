@@ -23,6 +23,7 @@ from support import NO_DROPOUT, WINDOW, free_port, join_group, prepared, recipe,
 from mtx.checkpoint import load_checkpoint, step_checkpoints
 from mtx.errors import MtxError
 from mtx.train import distributed
+from mtx.train.components import Hooks, build_run
 from mtx.train.run_lock import RunLock
 from mtx.train.trainer import Trainer, train
 
@@ -49,19 +50,16 @@ def lock_lost_worker(rank: int, world: int, port: int, recipe_path: str, out: st
         if rank == 0:
             lock = RunLock(Path(recipe_path).parent / "run", heartbeat=1000.0, stale_after=2000.0)
             lock.acquire()
-        trainer = Trainer(recipe(Path(recipe_path), NO_DROPOUT, max_steps=20, save_every=5, log_every=1,
-                                 validate_every=100), ctx, lock=lock)
-        update = trainer._train_update
-
-        def taken_over_after_3(batches, n_tokens):
-            stepped = update(batches, n_tokens)
-            if rank == 0 and trainer.state.step == 3:
+        def taken_over_after_3(state, batches, update):
+            stepped = update()
+            if rank == 0 and state.step == 3:
                 record = {"host": "gpu-node-9", "pid": 4242, "token": "taker", "command": "mtx train other.yaml"}
                 lock.path.write_text(json.dumps(record))
                 lock.lost = how == "heartbeat"
             return stepped
 
-        trainer._train_update = taken_over_after_3
+        run = recipe(Path(recipe_path), NO_DROPOUT, max_steps=20, save_every=5, log_every=1, validate_every=100)
+        trainer = Trainer(build_run(run, ctx, Hooks(around_update=taken_over_after_3)), lock=lock)
         try:
             trainer.fit()
             outcome(out, rank, error=None, step=trainer.state.step)
@@ -93,8 +91,9 @@ def test_a_lost_lock_stops_every_rank_before_its_next_checkpoint_write(tmp_path:
 def shape_worker(rank: int, world: int, port: int, recipe_path: str) -> None:
     ctx = join_group(rank, world, port)
     try:
-        Trainer(recipe(Path(recipe_path), NO_DROPOUT, update_freq=1, max_steps=3, save_every=100, log_every=1,
-                       validate_every=100), ctx).fit()
+        run = recipe(Path(recipe_path), NO_DROPOUT, update_freq=1, max_steps=3, save_every=100, log_every=1,
+                     validate_every=100)
+        Trainer(build_run(run, ctx)).fit()
     finally:
         distributed.teardown()
 
@@ -105,14 +104,14 @@ def test_a_two_rank_run_resumed_on_one_process_trains_what_it_would_have(tmp_pat
     torch.set_num_threads(1)
     straight, resumed = prepared(tmp_path / "straight"), prepared(tmp_path / "resumed")
     settings = dict(update_freq=2, max_steps=6, save_every=100, log_every=1, validate_every=100)
-    expected = Trainer(recipe(straight, NO_DROPOUT, **settings), distributed.setup("cpu"))
+    expected = Trainer(build_run(recipe(straight, NO_DROPOUT, **settings), distributed.setup("cpu")))
     expected.fit()
     run_ranks(shape_worker, str(resumed))
-    continued = Trainer(recipe(resumed, NO_DROPOUT, **settings), distributed.setup("cpu"))
+    continued = Trainer(build_run(recipe(resumed, NO_DROPOUT, **settings), distributed.setup("cpu")))
     assert (continued.state.step, continued.state.batch_in_epoch, continued.state.world) == (3, 6, 1)
     continued.fit()
-    for name, tensor in expected.model.state_dict().items():
-        torch.testing.assert_close(continued.model.state_dict()[name], tensor, atol=1e-5, rtol=0, msg=name)
+    for name, tensor in expected.parts.model.state_dict().items():
+        torch.testing.assert_close(continued.parts.model.state_dict()[name], tensor, atol=1e-5, rtol=0, msg=name)
 
 
 def compiled_worker(rank: int, world: int, port: int, recipe_path: str, compiled: bool) -> None:
@@ -123,8 +122,9 @@ def compiled_worker(rank: int, world: int, port: int, recipe_path: str, compiled
     torch.compile = functools.partial(torch.compile, backend="aot_eager")
     ctx = join_group(rank, world, port)
     try:
-        Trainer(recipe(Path(recipe_path), NO_DROPOUT, compile=compiled, max_steps=6, log_every=1, save_every=100,
-                       validate_every=100), ctx).fit()
+        run = recipe(Path(recipe_path), NO_DROPOUT, compile=compiled, max_steps=6, log_every=1, save_every=100,
+                     validate_every=100)
+        Trainer(build_run(run, ctx)).fit()
     finally:
         distributed.teardown()
 
@@ -198,15 +198,13 @@ def test_a_shared_run_directory_passes_the_check(tmp_path: Path) -> None:
 def skewed_clock_worker(rank: int, world: int, port: int, recipe_path: str, out: str) -> None:
     """Rank 1's clock jumps 5 s ahead once its trainer is built: near train.max_time, the ranks' clocks
     disagree on whether it is reached."""
-    import mtx.train.trainer
-
     ctx = join_group(rank, world, port)
+    ahead = [0.0]  # rank 1's clock: the real one, then 5 s ahead once the trainer is built
     try:
-        trainer = Trainer(recipe(Path(recipe_path), NO_DROPOUT, max_steps=1000, max_time="60s", save_every=100,
-                                 validate_every=100), ctx)
+        run = recipe(Path(recipe_path), NO_DROPOUT, max_steps=1000, max_time="60s", save_every=100, validate_every=100)
+        trainer = Trainer(build_run(run, ctx, Hooks(clock=lambda: time.monotonic() + ahead[0])))
         if rank == 1:
-            real = time.monotonic
-            mtx.train.trainer.time = type("Clock", (), {"monotonic": staticmethod(lambda: real() + 5.0)})
+            ahead[0] = 5.0
         state = trainer.fit()
         outcome(out, rank, error=None, step=state.step)
     except Exception as e:  # a broken collective is what this test catches
@@ -235,16 +233,13 @@ def failing_worker(rank: int, world: int, port: int, recipe_path: str, out: str)
     """Rank 1 fails on its own (as out of memory on its longest batch would) at update 3; what rank 0 says."""
     ctx = join_group(rank, world, port)
     try:
-        trainer = Trainer(recipe(Path(recipe_path), NO_DROPOUT, max_steps=20, save_every=2, log_every=1,
-                                 validate_every=100), ctx)
-        update = trainer._train_update
-
-        def fails_at_3(batches, n_tokens):
-            if rank == 1 and trainer.state.step == 3:
+        def fails_at_3(state, batches, update):
+            if rank == 1 and state.step == 3:
                 raise MtxError("the longest batch did not fit")
-            return update(batches, n_tokens)
+            return update()
 
-        trainer._train_update = fails_at_3
+        run = recipe(Path(recipe_path), NO_DROPOUT, max_steps=20, save_every=2, log_every=1, validate_every=100)
+        trainer = Trainer(build_run(run, ctx, Hooks(around_update=fails_at_3)))
         try:
             trainer.fit()
         except Exception as e:

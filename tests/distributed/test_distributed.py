@@ -17,6 +17,7 @@ from support import NO_DROPOUT, WINDOW, free_port, join_group, prepared, recipe,
 
 from mtx.checkpoint import load_checkpoint, step_checkpoints
 from mtx.train.checkpoints import CheckpointKeeper
+from mtx.train.components import Hooks, build_run
 from mtx.train.trainer import Trainer, distributed, learning_rate, train
 
 pytestmark = pytest.mark.dist
@@ -31,9 +32,10 @@ def rank_worker(rank: int, world: int, port: int, recipe_path: str, out: str) ->
     torch.set_num_threads(1)
     ctx = distributed.setup("cpu")
     try:
-        trainer = Trainer(recipe(Path(recipe_path), NO_DROPOUT, update_freq=1, ema_decay=0.7, **SETTINGS), ctx)
+        trainer = Trainer(build_run(recipe(Path(recipe_path), NO_DROPOUT, update_freq=1, ema_decay=0.7, **SETTINGS),
+                                    ctx))
         trainer.fit()
-        torch.save({"model": trainer.model.state_dict(), "ema": trainer.ema.state_dict()},
+        torch.save({"model": trainer.parts.model.state_dict(), "ema": trainer.parts.ema.state_dict()},
                    Path(out) / f"rank{rank}.pt")
     finally:
         distributed.teardown()
@@ -44,12 +46,13 @@ def test_two_processes_equal_one_with_update_freq_two(tmp_path: Path) -> None:
     process accumulating 2 micro-batches; the ranks hold the very same weights and average."""
     torch.set_num_threads(1)
     one, two = prepared(tmp_path / "one"), prepared(tmp_path / "two")
-    single = Trainer(recipe(one, NO_DROPOUT, update_freq=2, ema_decay=0.7, **SETTINGS), distributed.setup("cpu"))
+    single = Trainer(build_run(recipe(one, NO_DROPOUT, update_freq=2, ema_decay=0.7, **SETTINGS),
+                               distributed.setup("cpu")))
     single.fit()
 
     mp.spawn(rank_worker, args=(2, free_port(), str(two), str(tmp_path)), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
-    for kind, state in (("model", single.model.state_dict()), ("ema", single.ema.state_dict())):
+    for kind, state in (("model", single.parts.model.state_dict()), ("ema", single.parts.ema.state_dict())):
         for name, expected in state.items():
             torch.testing.assert_close(ranks[0][kind][name], expected, atol=1e-5, rtol=0, msg=f"{kind} {name}")
             assert torch.equal(ranks[0][kind][name], ranks[1][kind][name]), f"{kind} {name} differs between ranks"
@@ -71,28 +74,27 @@ def inf_gradient_worker(rank: int, world: int, port: int, recipe_path: str, out:
     """fp16 training in which rank 0's third backward produces an inf gradient: what each update did."""
     ctx = join_group(rank, world, port)
     try:
-        trainer = Trainer(recipe(Path(recipe_path), NO_DROPOUT, precision="fp16", max_steps=5, log_every=1,
-                                 validate_every=100, save_every=100), ctx)
-        weight = trainer.model.tgt_embed.weight
         updates: list[dict] = []
-        train_update = trainer._train_update
 
-        def observed(batches, n_tokens):
-            before = [p.detach().clone() for p in trainer.model.parameters()]
-            adam_steps = [float(s["step"]) for s in trainer.optimizer.state.values()]
+        def observed(state, batches, update):
+            before = [p.detach().clone() for p in trainer.parts.model.parameters()]
+            adam_steps = [float(s["step"]) for s in trainer.parts.optimizer.state.values()]
             inject = rank == 0 and len(updates) == 2
             hook = weight.register_hook(lambda g: torch.full_like(g, math.inf)) if inject else None
-            stepped = train_update(batches, n_tokens)
+            stepped = update()
             if hook is not None:
                 hook.remove()
-            unchanged = all(torch.equal(b, p) for b, p in zip(before, trainer.model.parameters(), strict=True))
+            unchanged = all(torch.equal(b, p) for b, p in zip(before, trainer.parts.model.parameters(), strict=True))
             updates.append({"injected": inject, "stepped": stepped, "step": trainer.state.step,
                             "unchanged": unchanged, "lr": trainer.last_lr, "adam_steps": adam_steps})
             return stepped
 
-        trainer._train_update = observed
+        run = recipe(Path(recipe_path), NO_DROPOUT, precision="fp16", max_steps=5, log_every=1, validate_every=100,
+                     save_every=100)
+        trainer = Trainer(build_run(run, ctx, Hooks(around_update=observed)))
+        weight = trainer.parts.model.tgt_embed.weight
         state = trainer.fit()
-        torch.save({"updates": updates, "skipped": state.skipped_steps, "model": trainer.model.state_dict()},
+        torch.save({"updates": updates, "skipped": state.skipped_steps, "model": trainer.parts.model.state_dict()},
                    Path(out) / f"rank{rank}.pt")
     finally:
         distributed.teardown()
@@ -127,11 +129,11 @@ def stale_listing_worker(rank: int, world: int, port: int, recipe_path: str, out
     try:
         if rank == 1:  # this process only: a spawned rank shares no module state with the other
             CheckpointKeeper.latest = lambda keeper: keeper.directory / "step_2.pt"
-        trainer = Trainer(recipe(Path(recipe_path), NO_DROPOUT, update_freq=1, max_steps=6, save_every=2,
-                                 log_every=1, validate_every=100, keep_last=0), ctx)
+        trainer = Trainer(build_run(recipe(Path(recipe_path), NO_DROPOUT, update_freq=1, max_steps=6, save_every=2,
+                                           log_every=1, validate_every=100, keep_last=0), ctx))
         resumed_at = trainer.state.step
         trainer.fit()
-        torch.save({"resumed_at": resumed_at, "model": trainer.model.state_dict()}, Path(out) / f"rank{rank}.pt")
+        torch.save({"resumed_at": resumed_at, "model": trainer.parts.model.state_dict()}, Path(out) / f"rank{rank}.pt")
     finally:
         distributed.teardown()
 

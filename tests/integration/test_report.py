@@ -6,6 +6,7 @@ is installed, the terminal summary, and clear errors."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import re
@@ -47,17 +48,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("report")
     torch.set_num_threads(1)
     folders = {}
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        FakeClock(monkeypatch, per_update=300.0)
-        for name, lr, steps, bleu in (("a", 3e-3, 24, [12.0, 25.0, 31.0]), ("b", 1e-3, 16, [15.0, 22.0])):
-            raw = base_recipe(root / name, train_pairs=300, valid_pairs=20)
-            raw["train"].update(lr=lr, max_steps=steps, validate_every=8, log_every=4, save_every=8,
-                                bleu_milestones=[20, 30])
-            path = write_recipe(root / name, raw)
-            prepare(load_recipe(path), workers=1, console=Console(file=io.StringIO()))
-            scripted_bleu(monkeypatch, bleu)
-            train(load_recipe(path))
-            folders[name] = load_recipe(path).run_path
+    clock = FakeClock(per_update=300.0)
+    for name, lr, steps, bleu in (("a", 3e-3, 24, [12.0, 25.0, 31.0]), ("b", 1e-3, 16, [15.0, 22.0])):
+        raw = base_recipe(root / name, train_pairs=300, valid_pairs=20)
+        raw["train"].update(lr=lr, max_steps=steps, validate_every=8, log_every=4, save_every=8,
+                            bleu_milestones=[20, 30])
+        path = write_recipe(root / name, raw)
+        prepare(load_recipe(path), workers=1, console=Console(file=io.StringIO()))
+        train(load_recipe(path), hooks=dataclasses.replace(clock.hooks, valid_bleu=scripted_bleu(bleu)))
+        folders[name] = load_recipe(path).run_path
     (folders["a"] / "score.test.json").write_text(json.dumps(SCORE_CARD), encoding="utf-8")
     return folders
 

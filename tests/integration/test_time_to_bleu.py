@@ -14,6 +14,7 @@ from mtx.checkpoint import load_checkpoint
 from mtx.config.fields import ConfigError
 from mtx.data.batching import collate
 from mtx.errors import MtxError
+from mtx.train.components import Hooks, build_run
 from mtx.train.milestones import describe_milestones
 from mtx.train.trainer import Trainer, distributed, train
 
@@ -29,17 +30,16 @@ def lines(metrics: Path, kind: str) -> list[dict]:
     return [row for row in rows if row["event"] == kind]
 
 
-def test_every_line_carries_the_training_clock_and_valid_lines_the_tokens_trained_on(tmp_path: Path,
-                                                                                      monkeypatch) -> None:
+def test_every_line_carries_the_training_clock_and_valid_lines_the_tokens_trained_on(tmp_path: Path) -> None:
     """Updates of 10 s, a run stopped at step 4 and resumed to step 8: the train line of step N says N × 10 s,
     summed over both sessions as train.max_time counts them, and on one process as many GPU-seconds; a valid
     line, written after its validation, counts the target tokens of every update so far, as the batch plan
     holds them, across the resume too."""
-    FakeClock(monkeypatch, per_update=10.0)
+    clock = FakeClock(per_update=10.0)
     path = prepared(tmp_path)
     settings = dict(log_every=2, validate_every=4, save_every=1000)
-    train(recipe(path, max_steps=4, **settings))
-    trainer = Trainer(recipe(path, max_steps=8, **settings), distributed.setup("cpu"))
+    train(recipe(path, max_steps=4, **settings), hooks=clock.hooks)
+    trainer = Trainer(build_run(recipe(path, max_steps=8, **settings), distributed.setup("cpu"), clock.hooks))
     try:
         trainer.fit()
     finally:
@@ -49,9 +49,9 @@ def test_every_line_carries_the_training_clock_and_valid_lines_the_tokens_traine
     assert [e["step"] for e in train_lines] == [2, 4, 6, 8] and [e["step"] for e in valid_lines] == [4, 8]
     for event in train_lines:
         assert 10 * event["step"] <= event["seconds"] < 10 * event["step"] + 5
-    updates = [sum(collate(trainer.train_split, i).n_tgt_tokens for i in batches)
-               for _, batches in islice(trainer.plan.updates(1), 8)]
-    assert trainer.plan.updates_per_epoch >= 8 and trainer.state.tokens == sum(updates)
+    updates = [sum(collate(trainer.parts.train_split, i).n_tgt_tokens for i in batches)
+               for _, batches in islice(trainer.parts.plan.updates(1), 8)]
+    assert trainer.parts.plan.updates_per_epoch >= 8 and trainer.state.tokens == sum(updates)
     for event in valid_lines:
         assert event["tokens"] == sum(updates[: event["step"]])
         assert 10 * event["step"] <= event["seconds"] < 10 * event["step"] + 5
@@ -59,7 +59,7 @@ def test_every_line_carries_the_training_clock_and_valid_lines_the_tokens_traine
         assert event["gpu_seconds"] == event["seconds"]  # one process
 
 
-def test_milestones_are_recorded_once_kept_in_the_checkpoint_and_printed(tmp_path: Path, monkeypatch,
+def test_milestones_are_recorded_once_kept_in_the_checkpoint_and_printed(tmp_path: Path,
                                                                        capfd) -> None:
     """Validations every 2 updates score 10, 22, 21, 26, 30 against levels [20, 25, 27, 50]. A run stopped at
     step 6 has reached 20 (at step 4) and keeps it in its checkpoint; resumed, its step-8 validation (26)
@@ -67,16 +67,14 @@ def test_milestones_are_recorded_once_kept_in_the_checkpoint_and_printed(tmp_pat
     equal those of a run that never stopped, but for the clock."""
     settings = dict(validate_every=2, save_every=1000, bleu_milestones=[20, 25, 27, 50])
     straight, resumed = prepared(tmp_path / "straight"), prepared(tmp_path / "resumed")
-    scripted_bleu(monkeypatch, [10.0, 22.0, 21.0, 26.0, 30.0])
-    train(recipe(straight, max_steps=10, **settings))
-    scripted_bleu(monkeypatch, [10.0, 22.0, 21.0])
-    train(recipe(resumed, max_steps=6, **settings))
+    train(recipe(straight, max_steps=10, **settings),
+          hooks=Hooks(valid_bleu=scripted_bleu([10.0, 22.0, 21.0, 26.0, 30.0])))
+    train(recipe(resumed, max_steps=6, **settings), hooks=Hooks(valid_bleu=scripted_bleu([10.0, 22.0, 21.0])))
     checkpoints, metrics = run_files(resumed)
     kept = load_checkpoint(checkpoints / "last.pt")["train_state"]["progress"]["milestones"]
     assert [(m["bleu_level"], m["step"]) for m in kept] == [(20.0, 4)]
     capfd.readouterr()
-    scripted_bleu(monkeypatch, [26.0, 30.0])
-    state = train(recipe(resumed, max_steps=10, **settings))
+    state = train(recipe(resumed, max_steps=10, **settings), hooks=Hooks(valid_bleu=scripted_bleu([26.0, 30.0])))
 
     milestones = lines(metrics, "milestone")
     assert [(m["bleu_level"], m["step"], m["valid_bleu"]) for m in milestones] == [
@@ -124,13 +122,13 @@ def test_bleu_milestones_must_be_ascending_levels_up_to_100(tmp_path: Path, leve
 def test_tensorboard_without_the_package_is_refused_before_any_work(tmp_path: Path, monkeypatch) -> None:
     """A missing package (an import that fails) stops the run before the data is batched or the model built,
     naming the extra to install; without train.tensorboard nothing imports it."""
-    import mtx.train.trainer
+    import mtx.train.components
 
     path = prepared(tmp_path, train_pairs=20, valid_pairs=2)
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # `import` of it raises ImportError
     work: list[str] = []
-    monkeypatch.setattr(mtx.train.trainer, "training_batches", lambda *a, **k: work.append("batches"))
-    monkeypatch.setattr(mtx.train.trainer, "Transformer", lambda *a, **k: work.append("model"))
+    monkeypatch.setattr(mtx.train.components, "training_batches", lambda *a, **k: work.append("batches"))
+    monkeypatch.setattr(mtx.train.components, "Transformer", lambda *a, **k: work.append("model"))
     with pytest.raises(MtxError, match=r"train.tensorboard is true, but TensorBoard cannot be imported .*"
                                        r"pip install 'mtx\[tensorboard\]', or set train.tensorboard: false"):
         train(recipe(path, tensorboard=True))

@@ -34,6 +34,7 @@ from mtx.config.loading import load_recipe
 from mtx.config.recipe import TrainConfig
 from mtx.data.prepare import prepare
 from mtx.errors import MtxError
+from mtx.train.components import Hooks, build_run
 from mtx.train.trainer import learning_rate, train
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -98,6 +99,30 @@ def test_resume_is_exact(tmp_path: Path) -> None:
     assert len(events(straight_metrics, "valid")) == 5
     assert [step for step, _ in step_checkpoints(straight_ckpts)] == [15, 20]  # keep_last
     assert (straight_ckpts / "best.pt").is_file() and "train_state" not in load_checkpoint(straight_ckpts / "best.pt")
+
+
+def test_the_trainer_runs_each_update_through_its_hook_on_the_clock_it_is_handed(tmp_path: Path) -> None:
+    """What a run takes from outside comes in as Hooks: the update hook is handed the state before each update,
+    its batches and the update, and its answer is the trainer's; the clock handed in is the one train_seconds
+    counts. `mtx train`'s own hooks are the real clock and loss, and an update run as it is."""
+    from mtx.train.components import run_update
+    from mtx.train.loss import batch_loss
+
+    clock, seen = FakeClock(per_update=7.0), []
+
+    def observed(state, batches, update):
+        before = state.step
+        stepped = clock.timed_update(state, batches, update)
+        seen.append((before, state.step, len(batches), stepped))
+        return stepped
+
+    path = prepared(tmp_path)
+    state = train(recipe(path, max_steps=3, update_freq=2, save_every=100),
+                  hooks=Hooks(clock=clock, around_update=observed))
+    assert seen == [(0, 1, 2, True), (1, 2, 2, True), (2, 3, 2, True)]
+    assert 21 <= state.train_seconds < 26
+    assert (Hooks().clock, Hooks().loss, Hooks().around_update, Hooks().valid_bleu) == (
+        time.monotonic, batch_loss, run_update, None)
 
 
 def test_a_finished_run_has_nothing_to_do_and_restart_starts_over(tmp_path: Path, capfd) -> None:
@@ -176,11 +201,12 @@ def test_a_signal_during_validation_stops_without_finishing_it(tmp_path: Path, m
     from mtx.train.trainer import Trainer, distributed
 
     path = prepared(tmp_path)
-    trainer = Trainer(recipe(path, max_steps=50, validate_every=4, save_every=100), distributed.setup("cpu"))
+    trainer = Trainer(build_run(recipe(path, max_steps=50, validate_every=4, save_every=100),
+                                distributed.setup("cpu")))
     decode = mtx.decode.translator.translate_sentences
 
     def signal_arrives(*args, **kwargs):
-        trainer.signals.received = "SIGTERM"
+        trainer.parts.signals.received = "SIGTERM"
         return decode(*args, **kwargs)
 
     monkeypatch.setattr(mtx.decode.translator, "translate_sentences", signal_arrives)
@@ -300,12 +326,13 @@ def test_pairs_too_long_for_the_model_are_left_out_with_a_warning(tmp_path: Path
     from mtx.train.trainer import Trainer, distributed
 
     path = prepared(tmp_path)
-    trainer = Trainer(load_recipe(path, ["model.max_positions=6", "train.max_steps=2"]), distributed.setup("cpu"))
-    split = trainer.train_split
+    trainer = Trainer(build_run(load_recipe(path, ["model.max_positions=6", "train.max_steps=2"]),
+                                distributed.setup("cpu")))
+    split = trainer.parts.train_split
     costs = pair_costs(split.src_lens, split.tgt_lens)
     left_out = int((costs > 6).sum())
     assert 0 < left_out < len(costs)
-    batched = np.concatenate(trainer.plan.batches)
+    batched = np.concatenate(trainer.parts.plan.batches)
     assert len(batched) == len(costs) - left_out and costs[batched].max() <= 6
     assert f"warning: {left_out:,} of {len(costs):,} training pairs are longer than 6 tokens" in capfd.readouterr().err
     assert trainer.fit().step == 2
@@ -353,14 +380,14 @@ def test_a_micro_batch_never_waits_for_the_device(tmp_path: Path, precision: str
     from mtx.data.batching import collate
     from mtx.train.trainer import Trainer, distributed
 
-    trainer = Trainer(recipe(prepared(tmp_path), precision=precision), distributed.setup("cpu"))
-    (_, indices), *_ = trainer.plan.updates(1)
-    batch = collate(trainer.train_split, indices[0])
+    trainer = Trainer(build_run(recipe(prepared(tmp_path), precision=precision), distributed.setup("cpu")))
+    (_, indices), *_ = trainer.parts.plan.updates(1)
+    batch = collate(trainer.parts.train_split, indices[0])
     assert bool((batch.tgt_out == 0).any())  # the batch has target padding to skip
     with HostSyncs() as syncs:
         sums = trainer._forward_backward(batch, scale=1.0 / batch.n_tgt_tokens, sync=True)
     assert syncs.seen == []
-    assert sums.shape == (2,) and trainer.model.tgt_embed.weight.grad is not None
+    assert sums.shape == (2,) and trainer.parts.model.tgt_embed.weight.grad is not None
 
 
 @pytest.mark.parametrize(("precision", "decoded_in"), [("fp32", torch.float32), ("bf16", torch.bfloat16)])
@@ -369,8 +396,9 @@ def test_validation_decodes_in_the_trainings_precision(tmp_path: Path, monkeypat
     """Valid BLEU's decoding runs under the training's autocast (bf16 on GPUs that have it), not in float32
     beside a bf16 training; a float32 training allows TF32 on a GPU (and changes nothing on a CPU)."""
     import mtx.decode.translator
-    import mtx.train.trainer
+    import mtx.train.components
     from mtx.train import distributed
+    from mtx.train.trainer import Trainer
 
     decoded: list[torch.dtype] = []
     translate = mtx.decode.translator.translate_sentences
@@ -381,9 +409,9 @@ def test_validation_decodes_in_the_trainings_precision(tmp_path: Path, monkeypat
 
     tf32: list[torch.device] = []
     monkeypatch.setattr(mtx.decode.translator, "translate_sentences", recorded)
-    monkeypatch.setattr(mtx.train.trainer, "allow_tf32", tf32.append)
-    trainer = mtx.train.trainer.Trainer(recipe(prepared(tmp_path), precision=precision), distributed.setup("cpu"))
-    scores = trainer.validator.run()
+    monkeypatch.setattr(mtx.train.components, "allow_tf32", tf32.append)
+    trainer = Trainer(build_run(recipe(prepared(tmp_path), precision=precision), distributed.setup("cpu")))
+    scores = trainer.parts.validator.run()
     assert decoded and set(decoded) == {decoded_in} and 0.0 <= scores.bleu <= 100.0 and scores.loss > 0
     assert scores.length_ratio >= 0
     assert tf32 == ([torch.device("cpu")] if precision == "fp32" else [])
@@ -405,9 +433,10 @@ def test_compiled_training_matches_eager_without_compiling_each_shape(tmp_path: 
     eager = events(run_files(path)[1], "train")
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    trainer = Trainer(recipe(path, "model.dropout=0.0", compile=True, **settings), distributed.setup("cpu"),
+    trainer = Trainer(build_run(recipe(path, "model.dropout=0.0", compile=True, **settings), distributed.setup("cpu")),
                       restart=True)
-    collated = [collate(trainer.train_split, b) for _, batches in islice(trainer.plan.updates(1), 6) for b in batches]
+    collated = [collate(trainer.parts.train_split, b) for _, batches in islice(trainer.parts.plan.updates(1), 6)
+                for b in batches]
     assert len({(c.src.shape, c.tgt_in.shape) for c in collated}) >= 4  # the six updates' batches vary in shape
     trainer.fit()
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == len({c.src_padded for c in collated})
@@ -460,58 +489,57 @@ def test_the_trainer_learns_at_the_scheduled_rate(tmp_path: Path) -> None:
         assert group["lr"] == pytest.approx(learning_rate(run.train, 32, 80), rel=1e-12)
 
 
-def test_max_time_counts_training_time_across_resumes(tmp_path: Path, monkeypatch, capfd) -> None:
+def test_max_time_counts_training_time_across_resumes(tmp_path: Path, capfd) -> None:
     """Updates of 10 s: a budget of 45 s stops after the 5th update, checkpointed; raised to 95 s, the
     resumed run stops after the 10th, since the 50 s already trained count (not after the 15th)."""
-    FakeClock(monkeypatch, per_update=10.0)
+    clock = FakeClock(per_update=10.0)
     path = prepared(tmp_path)
-    assert train(recipe(path, max_steps=1000, max_time="45s", save_every=1000)).step == 5
+    assert train(recipe(path, max_steps=1000, max_time="45s", save_every=1000), hooks=clock.hooks).step == 5
     last = run_files(path)[0] / "last.pt"
     assert (f"Training stopped at step 5: train.max_time = 45s of training reached. Checkpoint: {last}. To train "
             "on, raise that budget and run the same command again: it resumes from here.") in capfd.readouterr().err
-    state = train(recipe(path, max_steps=1000, max_time="95s", save_every=1000))
+    state = train(recipe(path, max_steps=1000, max_time="95s", save_every=1000), hooks=clock.hooks)
     assert state.step == 10 and 100 <= state.train_seconds < 105
     assert [step for step, _ in step_checkpoints(run_files(path)[0])] == [5, 10]
-    assert train(recipe(path, max_steps=1000, max_time="95s")).step == 10
+    assert train(recipe(path, max_steps=1000, max_time="95s"), hooks=clock.hooks).step == 10
     assert "Nothing to do: train.max_time = 95s of training reached at step 10" in capfd.readouterr().err
 
 
-def test_save_every_minutes_saves_by_the_wall_clock(tmp_path: Path, monkeypatch) -> None:
+def test_save_every_minutes_saves_by_the_wall_clock(tmp_path: Path) -> None:
     """Updates of 10 s and save_every_minutes 0.5: a checkpoint every third update, besides the last."""
-    FakeClock(monkeypatch, per_update=10.0)
+    clock = FakeClock(per_update=10.0)
     path = prepared(tmp_path)
-    train(recipe(path, max_steps=10, save_every_minutes=0.5, save_every=1000))
+    train(recipe(path, max_steps=10, save_every_minutes=0.5, save_every=1000), hooks=clock.hooks)
     assert [step for step, _ in step_checkpoints(run_files(path)[0])] == [3, 6, 9, 10]
 
 
-def test_a_resume_on_another_shape_continues_at_the_batch_where_the_run_stopped(tmp_path: Path, monkeypatch,
+def test_a_resume_on_another_shape_continues_at_the_batch_where_the_run_stopped(tmp_path: Path,
                                                                                  capfd) -> None:
     """update_freq 2 for 3 updates (batches 0-5 of the epoch's order), then update_freq 1: the second session
     trains batches 6, 7, 8 …, none skipped or repeated, and says the effective batch changed. (Counting the
     position in updates, as mtx did, would have restarted at batch 3.)"""
-    import mtx.train.trainer
     from mtx.data.batching import collate
     from mtx.train import distributed
+    from mtx.train.trainer import Trainer
 
     trained: list[torch.Tensor] = []
-    update = mtx.train.trainer.Trainer._train_update
 
-    def recorded(trainer, batches, n_tokens):
+    def recorded(state, batches, update):
         trained.extend(batch.tgt_out for batch in batches)
-        return update(trainer, batches, n_tokens)
+        return update()
 
-    monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", recorded)
+    hooks = Hooks(around_update=recorded)
     path = prepared(tmp_path)
-    assert train(recipe(path, max_steps=3, update_freq=2, save_every=100)).batch_in_epoch == 6
+    assert train(recipe(path, max_steps=3, update_freq=2, save_every=100), hooks=hooks).batch_in_epoch == 6
     capfd.readouterr()
-    trainer = mtx.train.trainer.Trainer(recipe(path, max_steps=7, update_freq=1), distributed.setup("cpu"))
+    trainer = Trainer(build_run(recipe(path, max_steps=7, update_freq=1), distributed.setup("cpu"), hooks))
     message = capfd.readouterr().err
     assert ("Resuming on 1 process × update_freq 1 where the run stopped on 1 × 2: it continues at batch 6 of "
             "epoch 1. The effective batch changes from 2 to 1 batches") in " ".join(message.split())
     trainer.fit()
     distributed.teardown()
-    order = trainer.plan.epoch_order(1)
-    expected = [collate(trainer.train_split, trainer.plan.batches[i]).tgt_out for i in order[:10]]
+    order = trainer.parts.plan.epoch_order(1)
+    expected = [collate(trainer.parts.train_split, trainer.parts.plan.batches[i]).tgt_out for i in order[:10]]
     assert len(trained) == 10
     assert all(torch.equal(a, b) for a, b in zip(trained, expected, strict=True))
     state = load_checkpoint(run_files(path)[0] / "last.pt")["train_state"]["progress"]
@@ -522,7 +550,8 @@ def test_update_tokens_sets_each_sessions_micro_batches_from_its_processes(tmp_p
     """train.update_tokens 320 with max_tokens 160: 2 micro-batches of 160 on one process, 1 each on two, 1 of
     107 each on three; the run trains exactly as max_tokens 160 with update_freq 2 does, and says so."""
     from mtx.train import distributed
-    from mtx.train.trainer import Trainer, for_this_session
+    from mtx.train.components import for_this_session
+    from mtx.train.trainer import Trainer
 
     path = prepared(tmp_path / "a")
     shapes = {world: (cfg.max_tokens, cfg.update_freq) for world in (1, 2, 3)
@@ -530,17 +559,18 @@ def test_update_tokens_sets_each_sessions_micro_batches_from_its_processes(tmp_p
     assert shapes == {1: (160, 2), 2: (160, 1), 3: (107, 1)}
     assert for_this_session(recipe(path), 8).train == recipe(path).train  # without update_tokens: as it is
 
-    chosen = Trainer(recipe(path, update_tokens=320, max_steps=3, save_every=100), distributed.setup("cpu"))
+    chosen = Trainer(build_run(recipe(path, update_tokens=320, max_steps=3, save_every=100),
+                               distributed.setup("cpu")))
     assert "train.update_tokens 320 on 1 process: micro-batches of up to 160 tokens, update_freq 2." in \
         " ".join(capfd.readouterr().err.split())
     chosen.fit()
-    explicit = Trainer(recipe(prepared(tmp_path / "b"), update_freq=2, max_steps=3, save_every=100),
-                       distributed.setup("cpu"))
+    explicit = Trainer(build_run(recipe(prepared(tmp_path / "b"), update_freq=2, max_steps=3, save_every=100),
+                                 distributed.setup("cpu")))
     explicit.fit()
     distributed.teardown()
     assert chosen.state.batch_in_epoch == explicit.state.batch_in_epoch == 6
-    for name, tensor in explicit.model.state_dict().items():
-        assert torch.equal(chosen.model.state_dict()[name], tensor), name
+    for name, tensor in explicit.parts.model.state_dict().items():
+        assert torch.equal(chosen.parts.model.state_dict()[name], tensor), name
 
 
 def test_a_resume_with_another_max_tokens_continues_at_the_same_fraction_of_the_epoch(tmp_path: Path,
@@ -554,9 +584,9 @@ def test_a_resume_with_another_max_tokens_continues_at_the_same_fraction_of_the_
     first = train(recipe(path, max_steps=4, save_every=100))
     assert (first.batch_in_epoch, first.max_tokens) == (4, 160)
     capfd.readouterr()
-    trainer = Trainer(recipe(path, max_tokens=80, max_steps=5), distributed.setup("cpu"))
+    trainer = Trainer(build_run(recipe(path, max_tokens=80, max_steps=5), distributed.setup("cpu")))
     distributed.teardown()
-    now = len(trainer.plan.batches)
+    now = len(trainer.parts.plan.batches)
     assert now > first.epoch_batches
     expected = round(4 * now / first.epoch_batches)
     assert (trainer.state.batch_in_epoch, trainer.state.max_tokens, trainer.state.epoch_batches) == (expected, 80, now)
@@ -568,7 +598,7 @@ def test_a_resume_with_another_max_tokens_continues_at_the_same_fraction_of_the_
 def test_a_checkpoint_that_counted_updates_resumes_at_the_same_batch() -> None:
     """A checkpoint from before positions were counted in batches (update_in_epoch, no shape) resumes as
     that mtx would have resumed it: this session's shape, update_in_epoch of its updates."""
-    from mtx.train.trainer import TrainState
+    from mtx.train.state import TrainState
 
     old = TrainState.from_progress({"step": 9, "epoch": 2, "update_in_epoch": 4}, world=2, update_freq=3)
     assert (old.batch_in_epoch, old.world, old.update_freq) == (24, 2, 3)
@@ -578,10 +608,10 @@ def test_a_checkpoint_that_counted_updates_resumes_at_the_same_batch() -> None:
 
 
 def test_max_epochs_stops_at_the_end_of_an_epoch_and_resumes_to_the_next(tmp_path: Path, capfd) -> None:
-    from mtx.train.trainer import Trainer, distributed
+    from mtx.train.trainer import distributed
 
     path = prepared(tmp_path)
-    per_epoch = Trainer(recipe(path), distributed.setup("cpu")).plan.updates_per_epoch
+    per_epoch = build_run(recipe(path), distributed.setup("cpu")).plan.updates_per_epoch
     distributed.teardown()
     state = train(recipe(path, max_steps=1000, max_epochs=1))
     assert (state.step, state.epoch, state.batch_in_epoch) == (per_epoch, 1, per_epoch)
@@ -589,12 +619,12 @@ def test_max_epochs_stops_at_the_end_of_an_epoch_and_resumes_to_the_next(tmp_pat
     assert train(recipe(path, max_steps=1000, max_epochs=2)).step == 2 * per_epoch
 
 
-def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, monkeypatch, capfd) -> None:
+def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, capfd) -> None:
     """Validations every 2 updates score 10, 20, 15, 20, 12: with patience 3 the run stops after the fifth
     (three without improving on 20; an equal score is no improvement), and best.pt is step 4's model."""
-    scripted_bleu(monkeypatch, [10.0, 20.0, 15.0, 20.0, 12.0, 30.0])
     path = prepared(tmp_path)
-    state = train(recipe(path, max_steps=1000, validate_every=2, patience=3, save_every=1000))
+    state = train(recipe(path, max_steps=1000, validate_every=2, patience=3, save_every=1000),
+                  hooks=Hooks(valid_bleu=scripted_bleu([10.0, 20.0, 15.0, 20.0, 12.0, 30.0])))
     assert (state.step, state.best_bleu, state.bad_validations) == (10, 20.0, 3)
     assert "Training stopped at step 10: early stopping: valid BLEU has not improved in 3 validations" in (
         capfd.readouterr().err)
@@ -633,83 +663,73 @@ def test_valid_bleu_decodes_with_valid_beam_and_the_recipe_decode_settings(tmp_p
     assert calls == [DecodeConfig(beam=3, lenpen=0.3, lenpen_style="fairseq", max_len_a=1.0, max_len_b=7, min_len=0)]
 
 
-def send_signals_after_update(monkeypatch, step: int, *signums: int) -> None:
-    """Deliver `signums` to this process right after update `step`, as a user or a scheduler would."""
-    import mtx.train.trainer
-
-    update = mtx.train.trainer.Trainer._train_update
-
-    def update_then_signal(trainer, *args, **kwargs):
-        stepped = update(trainer, *args, **kwargs)
-        if trainer.state.step == step:
+def signals_after_update(step: int, *signums: int) -> Hooks:
+    """Hooks that deliver `signums` to this process right after update `step`, as a user or a scheduler would."""
+    def update_then_signal(state, batches, update):
+        stepped = update()
+        if state.step == step:
             for signum in signums:
                 os.kill(os.getpid(), signum)
         return stepped
 
-    monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", update_then_signal)
+    return Hooks(around_update=update_then_signal)
 
 
-def test_ctrl_c_stops_on_a_checkpoint_and_a_second_ctrl_c_aborts(tmp_path: Path, monkeypatch, capfd) -> None:
+def test_ctrl_c_stops_on_a_checkpoint_and_a_second_ctrl_c_aborts(tmp_path: Path, capfd) -> None:
     """The first SIGINT asks for a clean stop: a checkpoint of that step, the handlers given back. A second
     one, for a user who will not wait, aborts at once with KeyboardInterrupt."""
     handler = signal.getsignal(signal.SIGINT)
     path = prepared(tmp_path)
-    send_signals_after_update(monkeypatch, 3, signal.SIGINT)
-    assert train(recipe(path, max_steps=1000, save_every=1000)).step == 3
+    assert train(recipe(path, max_steps=1000, save_every=1000), hooks=signals_after_update(3, signal.SIGINT)).step == 3
     last = run_files(path)[0] / "last.pt"
     assert (f"Training stopped at step 3: stopped by SIGINT. Checkpoint: {last}. Run the same command again to "
             "resume.") in capfd.readouterr().err
     assert [step for step, _ in step_checkpoints(run_files(path)[0])] == [3]
     assert signal.getsignal(signal.SIGINT) is handler
 
-    send_signals_after_update(monkeypatch, 5, signal.SIGINT, signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
-        train(recipe(path, max_steps=1000, save_every=1000))
+        train(recipe(path, max_steps=1000, save_every=1000),
+              hooks=signals_after_update(5, signal.SIGINT, signal.SIGINT))
     assert signal.getsignal(signal.SIGINT) is handler
     assert [step for step, _ in step_checkpoints(run_files(path)[0])] == [3]
 
 
-def test_a_loss_that_turns_nan_stops_the_run_with_advice(tmp_path: Path, monkeypatch) -> None:
+def test_a_loss_that_turns_nan_stops_the_run_with_advice(tmp_path: Path) -> None:
     """fp32: a NaN loss from update 3 on is caught at the next log line (step 4), with what to change."""
-    import mtx.train.trainer
-
-    loss = mtx.train.trainer.batch_loss
+    from mtx.train.loss import batch_loss
 
     def nan_from_step_3(model, batch, smoothing, run=None):
-        loss_sum, nll_sum, n = loss(model, batch, smoothing, run=run)
+        loss_sum, nll_sum, n = batch_loss(model, batch, smoothing, run=run)
         if trainer_steps[0] >= 2:
             loss_sum = loss_sum * math.nan
         return loss_sum, nll_sum, n
 
     trainer_steps = [0]
-    update = mtx.train.trainer.Trainer._train_update
 
-    def counted(trainer, *args, **kwargs):
-        trainer_steps[0] = trainer.state.step
-        return update(trainer, *args, **kwargs)
+    def counted(state, batches, update):
+        trainer_steps[0] = state.step
+        return update()
 
-    monkeypatch.setattr(mtx.train.trainer, "batch_loss", nan_from_step_3)
-    monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", counted)
     path = prepared(tmp_path)
     with pytest.raises(MtxError, match=r"Training diverged at step 4 \(loss nan\): lower train.lr.*--restart"):
-        train(recipe(path, max_steps=1000, log_every=2, save_every=1000))
+        train(recipe(path, max_steps=1000, log_every=2, save_every=1000),
+              hooks=Hooks(loss=nan_from_step_3, around_update=counted))
     assert [e["step"] for e in events(run_files(path)[1], "train")] == [2]
 
 
-def test_fp16_gives_up_when_the_loss_scale_collapses(tmp_path: Path, monkeypatch) -> None:
+def test_fp16_gives_up_when_the_loss_scale_collapses(tmp_path: Path) -> None:
     """fp16 with gradients that are inf at every scale: each update is skipped and the scale halved, and once
     it falls below MIN_LOSS_SCALE the run stops with advice instead of skipping forever. No update counts."""
-    import mtx.train.trainer
+    from mtx.train.loss import batch_loss
     from mtx.train.trainer import MIN_LOSS_SCALE
 
-    loss, update = mtx.train.trainer.batch_loss, mtx.train.trainer.Trainer._train_update
     updates: list[int] = []
-    monkeypatch.setattr(mtx.train.trainer, "batch_loss",
-                        lambda *args, **kwargs: (loss(*args, **kwargs)[0] * math.inf, *loss(*args, **kwargs)[1:]))
-    monkeypatch.setattr(mtx.train.trainer.Trainer, "_train_update", lambda *args: updates.append(1) or update(*args))
+    hooks = Hooks(loss=lambda *args, **kwargs: (batch_loss(*args, **kwargs)[0] * math.inf,
+                                                *batch_loss(*args, **kwargs)[1:]),
+                  around_update=lambda state, batches, update: updates.append(1) or update())
     path = prepared(tmp_path)
     with pytest.raises(MtxError, match=r"Training diverged at step 0: the fp16 loss scale fell below 0.0001"):
-        train(recipe(path, max_steps=1000, precision="fp16", log_every=1))
+        train(recipe(path, max_steps=1000, precision="fp16", log_every=1), hooks=hooks)
     # GradScaler starts at 2^16 and halves on each skip: the 30th skip is the first below MIN_LOSS_SCALE.
     assert len(updates) == math.ceil(math.log2(2.0**16 / MIN_LOSS_SCALE)) == 30
 
@@ -802,19 +822,17 @@ def test_a_rank_stops_when_another_rank_was_signalled(tmp_path: Path, monkeypatc
 def test_a_signal_during_the_valid_loss_skips_decoding(tmp_path: Path, monkeypatch) -> None:
     """The valid loss comes first; a stop signal that arrives during it must not start the decoding."""
     import mtx.decode.translator
-    import mtx.train.validation
+    from mtx.train.loss import batch_loss
     from mtx.train.trainer import Trainer, distributed
 
-    path = prepared(tmp_path)
-    trainer = Trainer(recipe(path, max_steps=50, validate_every=4, save_every=100), distributed.setup("cpu"))
-    loss = mtx.train.validation.batch_loss
-
-    def signal_arrives(model, batch, smoothing):
+    def signal_arrives(model, batch, smoothing, run=None):
         if not model.training:
-            trainer.signals.received = "SIGTERM"
-        return loss(model, batch, smoothing)
+            trainer.parts.signals.received = "SIGTERM"
+        return batch_loss(model, batch, smoothing, run=run)
 
-    monkeypatch.setattr(mtx.train.validation, "batch_loss", signal_arrives)
+    path = prepared(tmp_path)
+    trainer = Trainer(build_run(recipe(path, max_steps=50, validate_every=4, save_every=100), distributed.setup("cpu"),
+                                Hooks(loss=signal_arrives)))
     monkeypatch.setattr(mtx.decode.translator, "translate_sentences", lambda *a, **k: pytest.fail("decoding started"))
     assert trainer.fit().step == 4
     assert events(run_files(path)[1], "valid") == []
