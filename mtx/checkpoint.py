@@ -163,6 +163,18 @@ def step_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def latest_checkpoint(directory: Path) -> Path | None:
+    """The checkpoint a run in `directory` resumes from: the newest step_<N>.pt (last.pt is the same file, but a
+    kill may fall between writing one and the other); last.pt alone if there is no step file."""
+    if not directory.is_dir():
+        return None
+    steps = step_checkpoints(directory)
+    if steps:
+        return steps[-1][1]
+    last = directory / "last.pt"
+    return last if last.is_file() else None
+
+
 def shared_names(state: dict[str, torch.Tensor]) -> dict[str, str]:
     """{name: the first name of the same tensor} for each name that repeats an earlier one's tensor."""
     first: dict[tuple, str] = {}

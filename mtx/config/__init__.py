@@ -9,5 +9,6 @@
     recipe    `Recipe`: the sections assembled, the rules between them, the recipe as a mapping
     keys      every key with its type, default, range and help (`mtx config --keys`, the loader's messages)
     loading   a YAML file and `--set` overrides checked and read into a `Recipe`
+    run_recipe  a run's recipe as the commands read it: a fine-tuning one takes its parent's model section
     command   `mtx config`, and the recipe arguments `mtx prepare` and `mtx train` share with it
 """

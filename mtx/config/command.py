@@ -1,16 +1,20 @@
 """`mtx config`: a recipe resolved, presets expanded, with the model's parameter count; or every recipe key.
 
 The recipe arguments that `mtx prepare` and `mtx train` share with it are defined here too (`RecipeArg`,
-`SetOpt`), so that the three commands read recipes alike.
+`SetOpt`), and the reading of a run's recipe (`read_run_recipe`), so that the three commands read recipes alike.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from mtx.config.recipe import Recipe
+    from mtx.config.run_recipe import CheckpointReader
 
 RecipeArg = Annotated[
     Path, typer.Argument(help="A YAML recipe, e.g. recipes/demo.yaml.", metavar="RECIPE.yaml", show_default=False)
@@ -19,6 +23,20 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a recipe key by its dotted path, e.g. --set train.max_steps=200."),
 ]
+
+
+def read_run_recipe(recipe: Path, overrides: list[str] | None = None) -> Recipe:
+    """The recipe as the commands run it: a fine-tuning recipe takes its parent's model section, its parent
+    checked (mtx.config.run_recipe), the checkpoints read by mtx.checkpoint."""
+    from mtx.config.run_recipe import load_run_recipe
+
+    return load_run_recipe(recipe, overrides, _checkpoint_reader)
+
+
+def _checkpoint_reader() -> CheckpointReader:
+    import mtx.checkpoint  # and torch with it: only for a recipe that fine-tunes
+
+    return mtx.checkpoint
 
 
 def config(
@@ -41,12 +59,7 @@ def config(
 
     if recipe is None and not keys:
         ctx.fail("Missing argument 'RECIPE.yaml'.")
-    if recipe is not None:
-        from mtx.train.fine_tuning import load_run_recipe  # a fine-tuning recipe takes its parent's model section
-
-        resolved = load_run_recipe(recipe, set_)
-    else:
-        resolved = None
+    resolved = None if recipe is None else read_run_recipe(recipe, set_)  # a fine-tuning one: its parent's model
     if keys:
         sys.stdout.write(format_keys(all_keys(), resolved))
         return

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mtx.config.command import RecipeArg, SetOpt
+from mtx.config.command import RecipeArg, SetOpt, read_run_recipe
 
 
 def prepare(
@@ -23,6 +23,5 @@ def prepare(
     Example: mtx prepare recipes/demo.yaml --workers 4
     """
     from mtx.data.prepare import prepare as prepare_data
-    from mtx.train.fine_tuning import load_run_recipe
 
-    prepare_data(load_run_recipe(recipe, set_), workers=workers)
+    prepare_data(read_run_recipe(recipe, set_), workers=workers)

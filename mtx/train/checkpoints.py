@@ -36,7 +36,6 @@ share the pages.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import threading
@@ -47,8 +46,16 @@ from typing import Any
 
 import torch
 
-from mtx.checkpoint import load_checkpoint, make_checkpoint, model_config_of, save_checkpoint, step_checkpoints
+from mtx.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    make_checkpoint,
+    model_config_of,
+    save_checkpoint,
+    step_checkpoints,
+)
 from mtx.config.recipe import Recipe
+from mtx.config.run_recipe import shape_differences
 from mtx.errors import MtxError
 from mtx.files import atomic_write
 from mtx.model.transformer import Transformer
@@ -56,7 +63,6 @@ from mtx.tokenizer import Tokenizer
 from mtx.train import distributed
 from mtx.train.ema import WeightAverage
 
-SHAPE_KEYS = ("layers_enc", "layers_dec", "d_model", "heads", "d_ff", "norm", "share_embeddings", "max_positions")
 RESUMABLE = 2  # the newest step checkpoints that keep their training state
 
 
@@ -129,7 +135,7 @@ class CheckpointKeeper:
         """Restore what `path` holds into the model, optimizer and scaler, and return its progress; refuse,
         saying why, a checkpoint of another model shape or tokenizer, or one without training state."""
         checkpoint = load_checkpoint(path, mmap=True)
-        differs = shape_differences(self.recipe, checkpoint)
+        differs = shape_differences(self.recipe.model, model_config_of(checkpoint))
         if checkpoint["vocab_size"] != self.tokenizer.vocab_size:
             differs.append(f"the vocabulary has {checkpoint['vocab_size']} tokens there, "
                            f"{self.tokenizer.vocab_size} here")
@@ -227,24 +233,6 @@ class CheckpointKeeper:
         if self.data_stats is not None:
             checkpoint["data_stats"] = self.data_stats
         return checkpoint
-
-
-def latest_checkpoint(directory: Path) -> Path | None:
-    """The checkpoint a run in `directory` resumes from: the newest step_<N>.pt (last.pt is the same file, but a
-    kill may fall between writing one and the other); last.pt alone if there is no step file."""
-    if not directory.is_dir():
-        return None
-    steps = step_checkpoints(directory)
-    if steps:
-        return steps[-1][1]
-    last = directory / "last.pt"
-    return last if last.is_file() else None
-
-
-def shape_differences(recipe: Recipe, checkpoint: dict[str, Any]) -> list[str]:
-    """How the recipe's model shape differs from the checkpoint's, one phrase per key; none: it loads."""
-    ours, theirs = dataclasses.asdict(recipe.model), dataclasses.asdict(model_config_of(checkpoint))
-    return [f"model.{k} is {theirs[k]} there, {ours[k]} here" for k in SHAPE_KEYS if ours[k] != theirs[k]]
 
 
 class _Write:

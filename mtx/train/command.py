@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from mtx.config.command import RecipeArg, SetOpt
+from mtx.config.command import RecipeArg, SetOpt, read_run_recipe
 from mtx.errors import MtxError
 
 
@@ -26,10 +26,9 @@ def train(
 
     Example: mtx train recipes/demo.yaml --set train.max_steps=2000
     """
-    from mtx.train.fine_tuning import load_run_recipe
     from mtx.train.trainer import train as run_training
 
-    run_training(load_run_recipe(recipe, set_), restart=restart)
+    run_training(read_run_recipe(recipe, set_), restart=restart)
 
 
 def average(

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import mtx.checkpoint
 from mtx.checkpoint import describe_checkpoint, inference_weights
+from mtx.config.run_recipe import parent_checkpoint
 from mtx.train import distributed, fine_tuning
 from mtx.train.components import RunParts
 
@@ -34,7 +36,7 @@ def _start_from_parent(parts: RunParts) -> dict[str, Any]:
     """Load train.init_from's weights (its moving average's, where it keeps one) — or, with
     train.init_from_state, all it holds to train on — and say which; the progress the run starts with."""
     recipe = parts.recipe
-    checkpoint = fine_tuning.parent_checkpoint(recipe)
+    checkpoint = parent_checkpoint(recipe, mtx.checkpoint)
     fine_tuning.check_vocabulary(recipe, checkpoint, parts.tokenizer)
     path = recipe.train.init_from
     if recipe.train.init_from_state:

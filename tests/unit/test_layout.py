@@ -119,6 +119,15 @@ def test_no_stage_imports_a_later_one() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_reading_and_preparing_a_recipe_never_import_training() -> None:
+    """The command modules sit above every stage, but the stages before training do not lean on it: `mtx config`
+    and `mtx prepare` read a run's recipe, a fine-tuning one's parent included, with mtx.config.run_recipe, and
+    no module of mtx.config or mtx.data, their command modules included, imports mtx.train."""
+    wrong = [f"{module} imports {imported}" for module, imports in import_graph().items() for imported in imports
+             if module.startswith(("mtx.config", "mtx.data")) and imported.startswith("mtx.train")]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_top_level_is_small_and_no_module_is_long() -> None:
     top = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert len(top) <= 14, top
