@@ -52,7 +52,7 @@ coverage: install
 # development target, not part of `make test`: about two hours on 2 cores. The test selection is in pyproject.toml; `$(BIN)/mutmut show NAME` shows a mutant.
 MUTANTS := 'mtx.decode.search.*' 'mtx.train.loss.*' 'mtx.data.batching.*' 'mtx.checkpoint.*' 'mtx.train.average.*' \
 	'mtx.score.*' 'mtx.train.stopping.*' 'mtx.train.trainer.x_learning_rate__mutmut_*' \
-	'mtx.train.trainer.x_dropout_seed__mutmut_*' $(foreach m,_agree _after_update _finish _validate,\
+	'mtx.train.trainer.x_dropout_seed__mutmut_*' $(foreach m,_agree_on_the_next_update _after_update _finish _validate,\
 	'mtx.train.trainer.xǁTrainerǁ$(m)__mutmut_*')
 
 mutants: install

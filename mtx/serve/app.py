@@ -16,7 +16,7 @@ read within --timeout: a client that sends less than its Content-Length gets 408
 The OpenAPI document states every rule the service enforces but one (a sentence's length in tokens): each
 option's range and the server's limits in its field's schema (`request_model`), the rules between fields and
 against the model as the request's (`TranslationService.request_rules`). So a request the document admits is
-translated, which tests/test_serve_fuzz.py checks with a fuzzer.
+translated, which tests/integration/test_serve_fuzz.py checks with a fuzzer.
 
 Every answer that is not a translation is {"error": message} (and "field" where one is at fault), Starlette's own
 404 and 405 included: no traceback reaches a client. `RequestLog` writes one JSON line per request on standard

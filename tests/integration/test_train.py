@@ -797,8 +797,8 @@ def test_a_metrics_line_torn_by_a_kill_is_dropped_on_resume(tmp_path: Path) -> N
 
 
 def test_a_rank_stops_when_another_rank_was_signalled(tmp_path: Path, monkeypatch, capfd) -> None:
-    """Only one rank of a job may get the signal (a node's scheduler); the others learn it in `_agree`'s
-    all-reduce and stop at the same update, on the same checkpoint."""
+    """Only one rank of a job may get the signal (a node's scheduler); the others learn it in the all-reduce
+    before each update (`_agree_on_the_next_update`) and stop at the same update, on the same checkpoint."""
     import mtx.train.trainer
 
     reduce = mtx.train.trainer.distributed.all_reduce_sum
@@ -806,7 +806,7 @@ def test_a_rank_stops_when_another_rank_was_signalled(tmp_path: Path, monkeypatc
 
     def another_rank_signalled_at_the_third(values: torch.Tensor) -> torch.Tensor:
         total = reduce(values)
-        if values.shape == (5,):  # _agree's tokens, signalled, out of time, save due, lock lost
+        if values.shape == (5,):  # the agreement's tokens, signalled, out of time, save due, lock lost
             agreed.append(1)
             if len(agreed) == 3:
                 total[1] += 1
