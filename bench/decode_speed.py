@@ -41,7 +41,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 from common import FIRST_WORD, build_model, emit, emit_skip, peers_missing, synchronize  # noqa: E402
 
 from mtx.data.batching import decoding_batches, padded  # noqa: E402
-from mtx.decode.search import search  # noqa: E402
+from mtx.decode.search import Constraints, LengthPenalty, search  # noqa: E402
 from mtx.decode.translator import prepare_model  # noqa: E402
 from mtx.tokenizer import EOS, PAD  # noqa: E402
 
@@ -64,7 +64,7 @@ def mtx_tokens_per_s(model: torch.nn.Module, sources: list[list[int]], tokens: i
         produced = 0
         for src, src_pad in selected:
             limits = torch.full((src.shape[0],), tokens, device=device)
-            found = search(model, src, src_pad, limits, beam=4, lenpen=0.6, min_len=tokens + 1)
+            found = search(model, src, src_pad, Constraints(limits, min_len=tokens + 1), LengthPenalty(0.6), beam=4)
             produced += sum(len(nbest[0].tokens) for nbest in found)
         return produced
 

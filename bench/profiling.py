@@ -312,17 +312,17 @@ def profile_decoding(preset: str, vocab: int, sentences: int, tokens: int, devic
     exactly `tokens` long (the length cap wins over min_len), as bench/translate.py does."""
     from common import random_batch
 
-    from mtx.decode.search import search
+    from mtx.decode.search import Constraints, LengthPenalty, search
     from mtx.decode.translator import prepare_model
 
     model = prepare_model(build_model(preset, vocab).eval(), device, dtype)
     batch = random_batch(sentences, vocab, 15, 35, seed=2).to(device)
-    limits = torch.full((sentences,), tokens, device=device)
+    constraints = Constraints(torch.full((sentences,), tokens, device=device), min_len=tokens)
     annotated = AnnotatedModel(model)
 
     def one_search() -> None:
         with record_function("mtx.search"):
-            search(annotated, batch.src, batch.src_pad, limits, beam=4, lenpen=0.6, min_len=tokens)
+            search(annotated, batch.src, batch.src_pad, constraints, LengthPenalty(0.6), beam=4)
 
     what = f"decode.{preset}.beam4.{dtype}"
     trace = out / f"profile.{what}.trace.json.gz"

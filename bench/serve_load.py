@@ -57,7 +57,7 @@ import torch
 from common import set_threads, significant
 
 from mtx.config.recipe import DecodeConfig
-from mtx.decode.flags import FlagThresholds
+from mtx.decode.doubts import DoubtThresholds
 from mtx.decode.translator import Translator, load_prepared
 
 LOOPBACK = "127.0.0.1"  # the only host this script talks to (the server is started on it; there is no --host)
@@ -170,7 +170,7 @@ def in_process_latency(args: argparse.Namespace, sentences: list[str]) -> dict[s
     target = next(prepared[0].parameters()).device
     options = {"beam": args.beam} if args.beam is not None else {}
     translator = Translator(prepared, tokenizer, DecodeConfig.of_checkpoint(loaded[0], **options),
-                            args.batch_tokens or 4096, flag_thresholds=FlagThresholds.of_checkpoint(loaded[0]))
+                            args.batch_tokens or 4096, doubt_thresholds=DoubtThresholds.of_checkpoint(loaded[0]))
     for sentence in sentences[:IN_PROCESS_WARMUP]:
         translator.translate([sentence])
     seconds = []
@@ -191,8 +191,8 @@ def in_process_latency(args: argparse.Namespace, sentences: list[str]) -> dict[s
 
 
 def batch_curve(translator: Translator, sentences: list[str]) -> None:
-    """The translator's sentences/s on one thread, as each of the server's CPU workers decodes, at the batch sizes
-    that concurrent requests can form: what bounds the server's throughput at a given concurrency."""
+    """The translator's sentences/s on one thread, as each of the server's decoding processes decodes on a CPU, at
+    the batch sizes that concurrent requests can form: what bounds the server's throughput at a given concurrency."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -72,7 +72,7 @@ def diagnose(checkpoint: Path, source_lines: list[str], reference_lines: list[st
         translator = Translator(model, tokenizer, decode, batch_tokens=batch_tokens)
         outputs = [nbest[0] for nbest in translator.translate(sources)]
         scored = score([t.text for t in outputs], [references], ("bleu",))
-        given = translator.score(sources, references)
+        given = translator.forced_scores(sources, references)
         short = [len(t.tokens) < SHORT * len(g.tokens) for t, g in zip(outputs, given, strict=True)]
         entry = {"bleu": round(scored["bleu"], 2), "ratio": round(scored["ratio"], 3),
                  "short": round(sum(short) / len(short), 4)}

@@ -10,7 +10,7 @@ forces: 31 decoder steps), Marian with min_new_tokens 30 and max_new_tokens 31 w
 EOS, so its 31st token is free). Sentences/s and tokens/s (30 per sentence) are printed for:
 
   mtx fp32 / int8      `mtx.decode.search.search` on token tensors, the batches spread over the threads as
-                       `mtx translate` spreads them (`mtx.decode.translator.decoding_workers`: two batches at a time
+                       `mtx translate` spreads them (`mtx.decode.translator.batches_at_once`: two batches at a time
                        on one thread each); int8 is `mtx.decode.translator.prepare_model(..., "int8")`
   marian fp32          `MarianMTModel.generate` (SDPA attention) holding mtx's weights, one batch at a time
   ct2 fp32 / int8      CTranslate2's Translator on mtx's weights (mtx.export.ctranslate2; compute_type float32 / int8),
@@ -47,8 +47,8 @@ from common import (
 )
 from torch import Tensor
 
-from mtx.decode.search import search
-from mtx.decode.translator import decoding_workers, map_in_threads, prepare_model
+from mtx.decode.search import Constraints, LengthPenalty, search
+from mtx.decode.translator import batches_at_once, map_in_threads, prepare_model
 from mtx.export.ctranslate2 import convert_to_ctranslate2
 from mtx.export.marian import marian_from_mtx
 from mtx.tokenizer import BOS, EOS, PAD
@@ -116,16 +116,16 @@ def length_sorted_batches(sentences: int, batch: int, vocab: int) -> Batches:
 
 def mtx_decoder(model: torch.nn.Module, batches: Batches, args: argparse.Namespace) -> Decoder:
     """`mtx.decode.search.search` on each batch, the batches spread over the threads as `mtx translate` spreads them."""
-    workers, threads_each = decoding_workers(torch.device("cpu"), args.threads, len(batches))
+    at_once, threads_each = batches_at_once(torch.device("cpu"), args.threads, len(batches))
 
     def decode(beam: int) -> list[list[int]]:
         def one_batch(batch: tuple[Tensor, Tensor]) -> list[list[int]]:
             src, src_pad = batch
-            max_len = torch.full((src.shape[0],), args.tokens)
-            nbests = search(model, src, src_pad, max_len, beam=beam, lenpen=args.lenpen, min_len=args.tokens)
+            constraints = Constraints(torch.full((src.shape[0],), args.tokens), min_len=args.tokens)
+            nbests = search(model, src, src_pad, constraints, LengthPenalty(args.lenpen), beam=beam)
             return [nbest[0].tokens for nbest in nbests]
 
-        return [tokens for batch in map_in_threads(one_batch, batches, workers, threads_each) for tokens in batch]
+        return [tokens for batch in map_in_threads(one_batch, batches, at_once, threads_each) for tokens in batch]
 
     return decode
 

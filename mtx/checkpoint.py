@@ -23,7 +23,7 @@ primitives only, so loading a file cannot run code):
                           from best.pt and from averaged checkpoints
     averaged_from         the files an averaged checkpoint is the mean of (mtx.train.average)
     data_stats            what the training pairs say of length ratios and copying, which `mtx translate` flags
-                          doubtful translations by (mtx.decode.flags); absent from checkpoints written before
+                          doubtful translations by (mtx.decode.doubts); absent from checkpoints written before
 
 No RNG state is saved, and no learning-rate scheduler's: the trainer reseeds dropout at every update from
 (seed, step, rank), draws the batch order from (seed, epoch) and computes the learning rate from the step.

@@ -39,6 +39,7 @@ from mtx.config.loading import load_recipe
 from mtx.config.recipe import ModelConfig, Recipe, resolve_model
 from mtx.data.prepare import prepare
 from mtx.decode.search import (
+    Constraints,
     DecoderCache,
     IncrementalDecoder,
     beam_search,
@@ -272,9 +273,9 @@ def scripted_sources(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return src, src == PAD
 
 
-def scripted_decode(model: ScriptedModel, n: int = 1, max_len: int = 10, **options):
+def scripted_decode(model: ScriptedModel, n: int = 1, max_len: int = 10, min_len: int = 0, **options):
     src, src_pad = scripted_sources(n)
-    return beam_search(model, src, src_pad, torch.full((n,), max_len), **options)
+    return beam_search(model, src, src_pad, Constraints(torch.full((n,), max_len), min_len), **options)
 
 
 # A tiny Transformer.

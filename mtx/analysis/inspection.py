@@ -28,7 +28,7 @@ from torch import Tensor
 
 from mtx.analysis.head_stats import HeadStats, head_statistics, is_punctuation
 from mtx.config.recipe import DecodeConfig
-from mtx.decode.search import length_penalty
+from mtx.decode.search import LengthPenalty
 from mtx.decode.translator import Translator
 from mtx.errors import MtxError
 from mtx.model.transformer import AttentionWeights, Transformer
@@ -100,7 +100,7 @@ def forced_score(logits: Tensor, tgt_out: list[int], decode: DecodeConfig) -> fl
     """The score that the search would give the target `tgt_out` (EOS last), from the (T, V) logits of its
     teacher-forced pass: its log-probability over the length penalty of `decode`."""
     log_prob = logits.float().log_softmax(dim=-1).gather(1, torch.tensor(tgt_out, device=logits.device)[:, None])
-    return float(log_prob.sum()) / length_penalty(float(len(tgt_out)), decode.lenpen, decode.lenpen_style)
+    return float(log_prob.sum()) / LengthPenalty.of_config(decode)(float(len(tgt_out)))
 
 
 def inspect_sentence(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, sentence: str,

@@ -1,16 +1,20 @@
 """The recipe's `decode:` section, which is also `mtx translate`'s options and `mtx serve`'s request fields: how
 to search or sample, each field with its default, range and help.
 
-The three places a user sets these values spell a field three ways (a recipe key `decode.beam`, a flag
-`--beam`, a request field `beam`); `DecodeConfig.first_problem` takes the spelling, so that one rule has one
-phrasing wherever it is broken. This module imports no torch: `mtx config` and recipe errors must be instant.
+Each field is declared once, with its help and range, and everything else is made from it: the recipe key
+`decode.beam`, the flag `--beam` (mtx.decode.command generates `mtx translate`'s flags from the fields), the
+request field `beam` (mtx.serve.app), the line of `mtx config --keys`. So a field's help is written to serve all
+three readers: it names other options by their field names (`max_len_a`), which read the same in each. The rules
+between fields are `DecodeConfig.first_problem`'s, which takes the spelling of the place a value came from, so
+that one rule has one phrasing wherever it is broken. This module imports no torch: `mtx config` and recipe
+errors must be instant.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,8 +35,9 @@ class DecodeConfig:
     ((5 + |Y|) / 6)^0.6 on every seed of bench/quality.py (bench/README.md); the WMT14 recipes keep the paper's.
 
     One set of options for both users: the recipe's `decode:` section, which validation BLEU decodes with
-    (at `train.valid_beam`), and `mtx translate`, whose flags override the checkpoint's recipe field by field.
-    So the errors can name a field either way: as a recipe key (`validate`) or as its flag (`validate_flags`).
+    (at `train.valid_beam`), and `mtx translate`, whose flags (one per field) override the checkpoint's recipe
+    field by field. So the errors can name a field either way: as a recipe key (`validate`) or as its flag
+    (`validate_flags`).
     """
 
     beam: int = setting(4, "Beam size; 1 is greedy search.", bounds=AT_LEAST_1)
@@ -42,9 +47,10 @@ class DecodeConfig:
         "0.6 with gnmt; 0 to 2 is the range people tune).", bounds=Bounds(0, MAX_LENPEN))
     lenpen_style: LengthPenaltyStyle = setting("fairseq", "lp(|Y|) = |Y|^α (fairseq: with α = 1, the mean "
                                                "log-probability a token) or ((5 + |Y|) / 6)^α (gnmt: the paper's).")
-    max_len_a: float = setting(1.0, "Output at most a · source tokens + b tokens (EOS not counted).",
-                               bounds=AT_LEAST_0)
-    max_len_b: int = setting(50, "See max_len_a.", bounds=AT_LEAST_1)
+    max_len_a: float = setting(1.0, "Output at most a · source tokens + b tokens (EOS not counted): this is a, "
+                               "max_len_b is b.", bounds=AT_LEAST_0)
+    max_len_b: int = setting(50, "Output at most a · source tokens + b tokens (EOS not counted): this is b, "
+                             "max_len_a is a.", bounds=AT_LEAST_1)
     min_len: int = setting(0, "Output at least this many tokens before EOS.", bounds=AT_LEAST_0)
     nbest: int = setting(1, "Translations kept per sentence, best first, at most beam (with sampling: samples per "
                          "sentence, any number).", bounds=AT_LEAST_1)
@@ -53,8 +59,9 @@ class DecodeConfig:
         "loops); 0: allowed.", bounds=Bounds(0, note="0: allowed"))
     sampling: bool = setting(
         False, "Draw each token from the model's distribution instead of searching (back-translation, Edunov et al. "
-        "2018). A line's samples depend on seed, its index in the input and the model only.")
-    topk: int | None = setting(None, "With sampling: draw from the k most probable tokens only [default: all].",
+        "2018); nbest draws that many samples. A line's samples depend on seed, its index in the input and the "
+        "model only, not on the batch size, the threads or the device.")
+    topk: int | None = setting(None, "With sampling: draw from the k most probable tokens only; unset: from all.",
                                bounds=Bounds(1, note="leave it unset to draw from all"))
     topp: float = setting(
         1.0, "With sampling: draw from the fewest most probable tokens whose probabilities sum to at least p "
@@ -77,20 +84,23 @@ class DecodeConfig:
         """As the recipe section `key`: `decode.beam = 0 must be at least 1.`"""
         self._validate(lambda name: f"{key}.{name}", " = ", ConfigError)
 
-    def validate_flags(self, vocabulary: int | None = None) -> None:
-        """As command-line flags: `--beam 0 must be at least 1.`, `--max-len-a -1.0 must be at least 0.`"""
-        self._validate(lambda name: "--" + name.replace("_", "-"), " ", MtxError, vocabulary)
+    def validate_flags(self, vocabulary: int | None = None, given: Collection[str] = ()) -> None:
+        """As command-line flags: `--beam 0 must be at least 1.`, `--max-len-a -1.0 must be at least 0.`;
+        `given`: the flags the user set (see `first_problem`)."""
+        self._validate(flag_name, " ", MtxError, vocabulary, given)
 
     def _validate(self, spell: Callable[[str], str], separator: str, error: type[MtxError],
-                  vocabulary: int | None = None) -> None:
-        if (problem := self.first_problem(spell, separator, vocabulary)) is not None:
+                  vocabulary: int | None = None, given: Collection[str] = ()) -> None:
+        if (problem := self.first_problem(spell, separator, vocabulary, given)) is not None:
             raise error(problem[1])
 
-    def first_problem(self, spell: Callable[[str], str], separator: str,
-                      vocabulary: int | None = None) -> tuple[str, str] | None:
+    def first_problem(self, spell: Callable[[str], str], separator: str, vocabulary: int | None = None,
+                      given: Collection[str] = ()) -> tuple[str, str] | None:
         """The first value the search cannot honour, as (its field's name, a message naming the field as `spell`
         writes names: a recipe key, a flag, a request's JSON field); None if every value is fine. `vocabulary`:
-        the model's size, where one is at hand, which no beam may exceed."""
+        the model's size, where one is at hand, which no beam may exceed. `given`: the fields the user chose
+        (flags, a request's fields) on top of the recipe's; sampling with a beam is refused only where the beam
+        was chosen, as a recipe that samples holds a beam all the same (unused)."""
         def problem(name: str, what: str) -> tuple[str, str]:
             return name, f"{spell(name)}{separator}{getattr(self, name)!r} {what}."
 
@@ -108,4 +118,13 @@ class DecodeConfig:
             for name, unset in SAMPLING_ONLY.items():
                 if getattr(self, name) != unset:
                     return problem(name, f"applies only with {spell('sampling')}")
+        if self.sampling and "beam" in given and self.beam != 1:
+            sampling, beam, nbest = spell("sampling"), spell("beam"), spell("nbest")
+            return "beam", (f"{sampling} draws each token, {beam}{separator}{self.beam} searches: give one or the "
+                            f"other (with {sampling}, {nbest}{separator}N draws N samples).")
         return None
+
+
+def flag_name(name: str) -> str:
+    """A field's name as `mtx translate` spells its flag: `max_len_a` → `--max-len-a`."""
+    return "--" + name.replace("_", "-")

@@ -3,11 +3,13 @@
     search       greedy, beam and sampling search over the `IncrementalDecoder` protocol, with a length penalty,
                  target prefixes and no repeated n-grams
     sampling     the draws of sampling: counter-based random numbers per (seed, line, sample, step), and filters
-    scoring      the model's score of given translations (forced decoding: --score-reference)
+    forced       forced scores: the model's score of given translations (--score-reference)
+    limits       what a model allows a translation (vocabulary, positions, decoder layers, output length), read
+                 from the models or from the checkpoints' metadata alone (the server's request checks)
     translator   `Translator`: sentences in, n-best lists out, batched by length, on CPU threads or a GPU
     ensemble     several models searched as one, their next-token probabilities averaged
     alignment    word alignments from one decoder layer's cross-attention, carried through the search
-    flags        why a translation deserves a human look, by thresholds from the training data
+    doubts       why a translation deserves a human look (jsonl's "flags"), by thresholds from the training data
     output       the output formats: text, n-best, jsonl
     command      `mtx translate`: a stream of lines in, one translation per line out
 """

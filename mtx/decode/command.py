@@ -1,39 +1,112 @@
 """`mtx translate`: a stream of lines (a file or a pipe) in, one translation per line out, in order.
 
-The translator (mtx.decode.translator) is fed windows of at most `READ_AHEAD_LINES` lines from a reader thread,
-so memory stays bounded, reading overlaps decoding, and each window's output is written and flushed before the
-next is decoded. Lines are split at b"\\n" only, as `wc -l` and `paste` count them, and every translation is one
-line (mtx.decode.output), so the output has exactly the input's lines, in its order.
+The command reads, translates and writes, each step its own piece. Reading (`read_windows`): the input's lines,
+in windows of at most `READ_AHEAD_LINES` from a reader thread (`read_ahead`), so memory stays bounded and
+reading overlaps decoding, each window with its lines of the --prefix or --score-reference file. Translating:
+the translator (mtx.decode.translator) searches each window, or scores its given translations. Writing
+(`write_lines`): a writer chosen once from the format and the flags (mtx.decode.output) turns each line's
+result into its output line, and each window's lines are written and flushed before the next is decoded.
+Lines are split at b"\\n" only, as `wc -l` and `paste` count them, and every translation is one line, so the
+output has exactly the input's lines, in its order.
+
+The decoding flags (--beam, --lenpen, ...) are not written here: `with_flags_of(DecodeConfig)` makes one per
+field of the recipe's `decode:` section (mtx.config.decode), with the field's help, range and default, as
+fairseq's `gen_parser_from_dataclass` does. A new decoding option is a new field; its flag follows.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import inspect
 import itertools
-import json
 import os
 import queue
 import sys
 import threading
+import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, BinaryIO, Literal
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NamedTuple
 
 import typer
 
+from mtx.config.decode import DecodeConfig, flag_name
+from mtx.config.fields import bounds_of
 from mtx.errors import MtxError
 
 if TYPE_CHECKING:
-    from mtx.decode.translator import Dtype, TranslationStats
+    from mtx.decode.output import OutputFormat, ScoreWriter, SearchWriter
+    from mtx.decode.translator import Dtype, TranslationStats, Translator
     from mtx.devices import DeviceName
 
 READ_AHEAD_LINES = 2000  # a window: enough sentences for length sorting to pay off, few enough to stream
 
 Errors = Literal["strict", "replace"]
-OutputFormat = Literal["text", "jsonl"]
 
 
+# ---------------------------------------------------------------------------------- flags made from fields
+
+
+def flags_of(config: type) -> list[inspect.Parameter]:
+    """One command-line flag per field of the dataclass `config`, as a keyword parameter of a Typer command:
+    named after the field (`max_len_a`: `--max-len-a`), of its type (a Literal's values as the metavar,
+    `gnmt|fairseq`; a bool a bare flag), with its help, its range and its default, and defaulting to None:
+    unset, so that the checkpoint's recipe decides. The range is said, not enforced by Typer: the values are
+    checked with the recipe's rules (`DecodeConfig.first_problem`), so that a refusal reads the same everywhere."""
+    hints = typing.get_type_hints(config)
+    return [_flag(f, hints[f.name]) for f in dataclasses.fields(config)]
+
+
+def _flag(f: dataclasses.Field, kind: Any) -> inspect.Parameter:
+    metavar = None
+    if typing.get_origin(kind) is Literal:
+        metavar, kind = "|".join(typing.get_args(kind)), str
+    elif typing.get_origin(kind) in (typing.Union, types.UnionType):  # `int | None`: the None is the flag's own
+        (kind,) = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+    rule = f" Must be {bounds.phrase(with_note=False)}." if (bounds := bounds_of(f)) is not None else ""
+    option = typer.Option(flag_name(f.name), metavar=metavar, show_default=False,
+                          help=f"{f.metadata['help']}{rule} [default: the recipe's, {_shown(f.default)}]")
+    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[kind | None, option])
+
+
+def _shown(default: Any) -> str:
+    """A default as a flag's help says it: a switch on or off, an option unset, a value as Python writes it."""
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return "unset" if default is None else str(default)
+
+
+def with_flags_of(config: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A decorator of a Typer command: its keyword parameter `options` becomes `flags_of(config)`, in its place
+    (so `--help` lists them there), and the command is called with the flags the user set as `options`, a dict
+    by field name that leaves out the unset ones. Typer reads the command's `__signature__` and annotations."""
+    flags = flags_of(config)
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(command, eval_str=True)
+        parameters = [p for own in signature.parameters.values() for p in (flags if own.name == "options" else [own])]
+
+        @functools.wraps(command)
+        def with_flags(**arguments: Any) -> None:
+            options = {p.name: value for p in flags if (value := arguments.pop(p.name)) is not None}
+            command(**arguments, options=options)
+
+        with_flags.__signature__ = signature.replace(parameters=parameters)
+        with_flags.__annotations__ = {**{p.name: p.annotation for p in parameters}, "return": None}
+        return with_flags
+
+    return decorate
+
+
+# ------------------------------------------------------------------------------------------------ the command
+
+
+@with_flags_of(DecodeConfig)
 def translate(
     model: Annotated[list[Path], typer.Option(
         "-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average). Given several times: an "
@@ -45,41 +118,8 @@ def translate(
     output: Annotated[
         Path | None, typer.Option("-o", "--output", metavar="OUT", help="Translations [default: stdout].")
     ] = None,
-    beam: Annotated[int | None, typer.Option(help="Beam size; 1 is greedy search. [default: the recipe's, 4]")] = None,
-    lenpen: Annotated[
-        float | None,
-        typer.Option(help="Length penalty α: score = log P(Y|X) / lp(|Y|), |Y| counting EOS. [default: recipe's, 1.0]"),
-    ] = None,
-    lenpen_style: Annotated[
-        str | None,
-        typer.Option(metavar="gnmt|fairseq", help="lp(|Y|) = |Y|^α (fairseq) or ((5 + |Y|) / 6)^α (GNMT, the "
-                     "paper's). [default: recipe's, fairseq]"),
-    ] = None,
-    max_len_a: Annotated[
-        float | None, typer.Option(help="Output ≤ a · source tokens + b (EOS not counted). [default: recipe's, 1.0]")
-    ] = None,
-    max_len_b: Annotated[int | None, typer.Option(help="See --max-len-a. [default: recipe's, 50]")] = None,
-    min_len: Annotated[int | None, typer.Option(help="Output at least N tokens. [default: recipe's, 0]")] = None,
-    nbest: Annotated[
-        int | None, typer.Option(help="Print the N best, each line 'score<TAB>text' pairs joined by tabs (N > 1). "
-                                 "[default: recipe's, 1]")
-    ] = None,
-    no_repeat_ngram: Annotated[int | None, typer.Option(
-        metavar="N", help="Never produce an n-gram of N tokens twice in a translation (a remedy for loops). "
-        "[default: recipe's, 0: allowed]")] = None,
-    sampling: Annotated[bool | None, typer.Option(
-        "--sampling", help="Draw each token from the model's distribution instead of searching (back-translation); "
-        "--nbest N draws N samples. A line's samples depend on --seed, its index in the input and the model only, "
-        "not on --batch-tokens, --threads or the device. [default: the recipe's, off]", show_default=False)] = None,
-    topk: Annotated[int | None, typer.Option(
-        metavar="K", help="With --sampling: draw from the K most probable tokens only. [default: all]")] = None,
-    topp: Annotated[float | None, typer.Option(
-        metavar="P", help="With --sampling: draw from the fewest most probable tokens whose probabilities sum to at "
-        "least P (nucleus sampling). [default: 1, all]")] = None,
-    temperature: Annotated[float | None, typer.Option(
-        metavar="T", help="With --sampling: divide the log-probabilities by T: below 1 sharper, above 1 flatter. "
-        "[default: 1]")] = None,
-    seed: Annotated[int | None, typer.Option(help="With --sampling: the seed of the draws. [default: 1]")] = None,
+    *,
+    options: dict[str, object],
     line_offset: Annotated[int, typer.Option(
         metavar="N", help="The index of the input's first line in a larger file it was cut from, so that a shard's "
         "samples are those the whole file would get (split -l L; shard k takes --line-offset k·L).")] = 0,
@@ -113,15 +153,17 @@ def translate(
         metavar="N", help="With --alignment: the decoder layer (0-based) whose cross-attention, heads averaged, "
         "aligns. [default: the last layer of a decoder of one or two layers, else the penultimate]")] = None,
     format_: Annotated[str, typer.Option(
-        "--format", metavar="text|jsonl", help="jsonl: one JSON object per input line instead of a text line: "
+        "--format", metavar="text|jsonl", help="text: the translation; with --nbest N > 1, the N best as "
+        "'score<TAB>text' pairs joined by tabs. jsonl: one JSON object per input line instead: "
         "text, score, tokens (the subwords, then </s>), token_log_probs (one per token), flags (why the "
         "translation deserves a human look: loop, length_ratio, copied, low_log_prob), with --alignment "
         "alignment ([source, target] pairs), with --nbest > 1 nbest (a list of such objects).")] = "text",
 ) -> None:
     """Translate one sentence per line with beam search, keeping line count and order.
 
-    Scores are log P(Y|X) / lp(|Y|) with GNMT's length penalty lp = ((5 + |Y|) / 6)^α (α = --lenpen), or
-    fairseq's |Y|^α with --lenpen-style fairseq. Flags left unset take the checkpoint's recipe (decode:).
+    Scores are log P(Y|X) / lp(|Y|) with fairseq's length penalty lp = |Y|^α (α = --lenpen), or GNMT's
+    ((5 + |Y|) / 6)^α with --lenpen-style gnmt. --nbest N > 1 prints a line's N best on its line, each as
+    'score<TAB>text', joined by tabs. Flags left unset take the checkpoint's recipe (decode:).
     Sources longer than the model's max_positions are truncated, with a warning that counts them.
     --alignment aligns words by the cross-attention the search carries along each hypothesis.
     --sampling draws instead of searching; --prefix starts translations as given; --score-reference scores them.
@@ -129,14 +171,85 @@ def translate(
 
     Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
     """
-    chosen = dict(beam=beam, lenpen=lenpen, lenpen_style=lenpen_style, max_len_a=max_len_a, max_len_b=max_len_b,
-                  min_len=min_len, nbest=nbest, no_repeat_ngram=no_repeat_ngram, sampling=sampling, topk=topk,
-                  topp=topp, temperature=temperature, seed=seed)
-    options = {k: v for k, v in chosen.items() if v is not None}
     translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
                    threads=threads, errors=errors, log=sys.stderr.write, alignment=alignment,
                    alignment_layer=alignment_layer, output_format=format_, line_offset=line_offset,
                    prefix_path=prefix, reference_path=score_reference)
+
+
+def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_path: Path | None, *,
+                   options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
+                   threads: int | None, errors: Errors, log: Callable[[str], None], alignment: bool = False,
+                   alignment_layer: int | None = None, output_format: OutputFormat = "text", line_offset: int = 0,
+                   prefix_path: Path | None = None, reference_path: Path | None = None) -> TranslationStats:
+    """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
+
+    Several `checkpoints` translate as one ensemble (mtx.decode.ensemble), every model on the same device in the same
+    format. `options` holds the DecodeConfig fields the user set; the others come from the (first) checkpoint's
+    recipe (`decode:`), then from the paper's defaults (DecodeConfig's), so a checkpoint whose recipe predates a
+    field still translates. `alignment` adds word alignments from the decoder layer `alignment_layer` (0-based;
+    None: `default_alignment_layer`) of the first model, which only applies with it. `output_format` "jsonl"
+    writes `json_line`s instead of text lines. `line_offset` is the index of the input's first line in a larger
+    file (sampling's draws depend on it). `prefix_path` gives a target prefix per line; `reference_path` a
+    translation per line to score instead of searching (`Translator.forced_scores`).
+    """
+    from mtx.checkpoint import describe_checkpoint
+    from mtx.decode.alignment import aligning_layer
+    from mtx.decode.doubts import DoubtThresholds
+    from mtx.decode.output import OutputFormat, score_writer, search_writer
+    from mtx.decode.translator import Dtype, Translator, load_prepared
+    from mtx.devices import DeviceName
+
+    for flag, value, allowed in (("--device", device, DeviceName), ("--dtype", dtype, Dtype),
+                                 ("--errors", errors, Errors), ("--format", output_format, OutputFormat)):
+        check_choice(flag, value, allowed)
+    check_files(input_path, output_path, line_offset)
+    set_threads(threads)
+    companion = companion_file(input_path, prefix_path, reference_path, options, alignment)
+    prepared, tokenizer, loaded = load_prepared(checkpoints, device, dtype)
+    for path, checkpoint in zip(checkpoints, loaded, strict=True):
+        log(f"{path}: {describe_checkpoint(checkpoint)}\n")
+    decode = DecodeConfig.of_checkpoint(loaded[0], **options)
+    decode.validate_flags(given=options)  # the rules of flags the user set; the translator checks the rest
+    layer = aligning_layer(alignment, alignment_layer, len(prepared[0].decoder_layers))
+    thresholds = DoubtThresholds.of_checkpoint(loaded[0]) if output_format == "jsonl" else None
+    translator = Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=layer,
+                            doubt_thresholds=thresholds)
+    show_progress = sys.stderr.isatty()
+    with contextlib.ExitStack() as files:
+        source = files.enter_context(open(input_path, "rb")) if input_path is not None else sys.stdin.buffer
+        sink = files.enter_context(open(output_path, "wb")) if output_path is not None else sys.stdout.buffer
+        lines = read_lines(source, str(input_path or "standard input"), errors)
+        given = iter(()) if companion is None else read_lines(
+            files.enter_context(open(companion.path, "rb")), str(companion.path), errors)
+        windows = read_windows(lines, companion, given)
+        if reference_path is None:  # the translating, and the writer of its results, chosen once
+            results = (translator.translate(w.lines, line_offset + w.first, prefixes=w.given or None) for w in windows)
+            writer = search_writer(output_format, tokenizer, decode.nbest > 1, alignment)
+        else:
+            results = (translator.forced_scores(w.lines, w.given, w.first) for w in windows)
+            writer = score_writer(output_format, tokenizer)
+        write_lines(results, writer, sink, (lambda: log(f"\r{translator.stats.summary()}")) if show_progress else None)
+    report(translator, log, show_progress)
+    return translator.stats
+
+
+def check_choice(flag: str, value: str, allowed: object) -> None:
+    """A flag whose value must be one of a Literal type's values (the command line passes plain strings)."""
+    choices = typing.get_args(allowed)
+    if value not in choices:
+        raise MtxError(f"{flag} {value!r} is not one of {', '.join(choices)}.")
+
+
+def check_files(input_path: Path | None, output_path: Path | None, line_offset: int) -> None:
+    """The input is a file (or standard input) that the output would not overwrite; `line_offset` is an index."""
+    if input_path is not None and not input_path.is_file():
+        raise MtxError(f"Input file {input_path} does not exist: pass a text file with one sentence per line.")
+    if input_path is not None and output_path is not None and output_path.resolve() == input_path.resolve():
+        raise MtxError(f"-o {output_path} is also the input file: writing it would destroy the input.")
+    if line_offset < 0:
+        raise MtxError(f"--line-offset {line_offset} must be ≥ 0: the index of the input's first line in the file "
+                       "it was cut from.")
 
 
 def set_threads(threads: int | None) -> None:
@@ -151,11 +264,41 @@ def set_threads(threads: int | None) -> None:
     torch.set_num_threads(threads)
 
 
-def check_choice(flag: str, value: str, allowed: object) -> None:
-    """A flag whose value must be one of a Literal type's values (the command line passes plain strings)."""
-    choices = typing.get_args(allowed)
-    if value not in choices:
-        raise MtxError(f"{flag} {value!r} is not one of {', '.join(choices)}.")
+# ---------------------------------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class Companion:
+    """The file that gives each input line a line of its own: --prefix's prefixes or --score-reference's
+    translations."""
+
+    flag: str
+    path: Path
+
+
+def companion_file(input_path: Path | None, prefix_path: Path | None, reference_path: Path | None,
+                   options: dict[str, object], alignment: bool) -> Companion | None:
+    """The --prefix or --score-reference file, once the flags are known to agree; line counts are compared
+    before any decoding where the input is a file (standard input is checked as it is read)."""
+    from mtx.data.corpora import count_lines
+
+    if prefix_path is not None and reference_path is not None:
+        raise MtxError("--prefix and --score-reference do not go together: a given translation is scored whole.")
+    if reference_path is not None:
+        contradicting = [flag for flag, on in (("--sampling", options.get("sampling")), ("--alignment", alignment),
+                                               ("--nbest", options.get("nbest", 1) != 1)) if on]
+        if contradicting:
+            raise MtxError(f"--score-reference scores the given translations and searches for none: "
+                           f"{', '.join(contradicting)} do not apply to it.")
+    flag, path = ("--prefix", prefix_path) if prefix_path is not None else ("--score-reference", reference_path)
+    if path is None:
+        return None
+    if not path.is_file():
+        raise MtxError(f"{flag} {path} does not exist: pass a text file with one line per input line.")
+    if input_path is not None and (theirs := count_lines(path)) != (ours := count_lines(input_path)):
+        raise MtxError(f"{flag} {path} has {theirs:,} lines but the input {input_path} has {ours:,}: give one line "
+                       "per input line (an empty line: none).")
+    return Companion(flag, path)
 
 
 def read_lines(stream: BinaryIO, name: str, errors: Errors) -> Iterator[str]:
@@ -210,136 +353,59 @@ def read_ahead(lines: Iterable[str], window: int) -> Iterator[list[str]]:
             raise item
 
 
-def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_path: Path | None, *,
-                   options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
-                   threads: int | None, errors: Errors, log: Callable[[str], None], alignment: bool = False,
-                   alignment_layer: int | None = None, output_format: OutputFormat = "text", line_offset: int = 0,
-                   prefix_path: Path | None = None, reference_path: Path | None = None) -> TranslationStats:
-    """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
+class Window(NamedTuple):
+    """A window of input lines, as the translator takes them."""
 
-    Several `checkpoints` translate as one ensemble (mtx.decode.ensemble), every model on the same device in the same
-    format. `options` holds the DecodeConfig fields the user set; the others come from the (first) checkpoint's
-    recipe (`decode:`), then from the paper's defaults (DecodeConfig's), so a checkpoint whose recipe predates a
-    field still translates. `alignment` adds word alignments from the decoder layer `alignment_layer` (0-based;
-    None: `default_alignment_layer`) of the first model, which only applies with it. `output_format` "jsonl"
-    writes `json_line`s instead of text lines. `line_offset` is the index of the input's first line in a larger
-    file (sampling's draws depend on it). `prefix_path` gives a target prefix per line; `reference_path` a
-    translation per line to score instead of searching (`Translator.score`).
-    """
-    from mtx.checkpoint import describe_checkpoint
-    from mtx.config.recipe import DecodeConfig
-    from mtx.decode.alignment import default_alignment_layer
-    from mtx.decode.flags import FlagThresholds
-    from mtx.decode.output import format_nbest, json_line
-    from mtx.decode.translator import Dtype, Translation, Translator, load_prepared
-    from mtx.devices import DeviceName
+    first: int  # the index of its first line in the input (not counting --line-offset)
+    lines: list[str]
+    given: list[str]  # the companion file's line for each line; none without one
 
-    check_choice("--device", device, DeviceName)
-    check_choice("--dtype", dtype, Dtype)
-    check_choice("--errors", errors, Errors)
-    check_choice("--format", output_format, OutputFormat)
-    if alignment_layer is not None and not alignment:
-        raise MtxError("--alignment-layer only applies with --alignment.")
-    if input_path is not None and not input_path.is_file():
-        raise MtxError(f"Input file {input_path} does not exist: pass a text file with one sentence per line.")
-    if input_path is not None and output_path is not None and output_path.resolve() == input_path.resolve():
-        raise MtxError(f"-o {output_path} is also the input file: writing it would destroy the input.")
-    set_threads(threads)
-    companion = _companion_file(input_path, prefix_path, reference_path, options, alignment, line_offset)
-    prepared, tokenizer, loaded = load_prepared(checkpoints, device, dtype)
-    for path, checkpoint in zip(checkpoints, loaded, strict=True):
-        log(f"{path}: {describe_checkpoint(checkpoint)}\n")
-    checkpoint = loaded[0]
-    if alignment and alignment_layer is None:
-        alignment_layer = default_alignment_layer(len(prepared[0].decoder_layers))
-    decode = DecodeConfig.of_checkpoint(checkpoint, **options)
-    thresholds = FlagThresholds.of_checkpoint(checkpoint) if output_format == "jsonl" else None
-    translator = Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=alignment_layer,
-                            flag_thresholds=thresholds)
 
-    show_progress, with_scores = sys.stderr.isatty(), translator.decode.nbest > 1
+def read_windows(lines: Iterable[str], companion: Companion | None, given: Iterator[str]) -> Iterator[Window]:
+    """`lines` in windows of at most `READ_AHEAD_LINES` (`read_ahead`), each with as many lines of the companion
+    file, read from `given` (empty without one); a companion with fewer lines than the input, or more, is refused
+    when the reading finds it out."""
+    done = 0
+    for window in read_ahead(lines, READ_AHEAD_LINES):
+        theirs = list(itertools.islice(given, len(window)))
+        if companion is not None and len(theirs) < len(window):
+            raise MtxError(f"{companion.flag} {companion.path} has {done + len(theirs):,} lines, but the input has "
+                           f"more: its line {done + len(theirs) + 1:,} has no line of {companion.path} to go with it. "
+                           "Give one line per input line (an empty line: none).")
+        yield Window(done, window, theirs)
+        done += len(window)
+    if companion is not None and next(given, None) is not None:
+        raise MtxError(f"{companion.flag} {companion.path} has more lines than the input's {done:,}: give one line "
+                       "per input line.")
 
-    def output_line(nbest: list[Translation]) -> str:
-        if output_format == "jsonl":
-            return json_line(nbest, tokenizer, with_scores, alignment, with_flags=True)
-        return format_nbest(nbest, with_scores, alignment)
 
-    def scored_line(scored: Translation | None) -> str:
-        if output_format == "text":
-            return "" if scored is None else f"{scored.score:.4f}\t{scored.text}"
-        line = json.loads(json_line([] if scored is None else [scored], tokenizer, False, False))
-        return json.dumps({**line, "log_prob": None if scored is None else sum(scored.token_log_probs)},
-                          ensure_ascii=False)
+# ---------------------------------------------------------------------------------------------------- writing
 
-    def output_lines(window: list[str], given: list[str], first_line: int) -> list[str]:
-        if reference_path is not None:
-            return [scored_line(scored) for scored in translator.score(window, given, first_line - line_offset)]
-        nbests = translator.translate(window, first_line, prefixes=given or None)
-        return [output_line(nbest) for nbest in nbests]
 
-    with contextlib.ExitStack() as files:
-        source = files.enter_context(open(input_path, "rb")) if input_path is not None else sys.stdin.buffer
-        sink = files.enter_context(open(output_path, "wb")) if output_path is not None else sys.stdout.buffer
-        lines = read_lines(source, str(input_path or "standard input"), errors)
-        given_lines = iter(()) if companion is None else read_lines(
-            files.enter_context(open(companion[1], "rb")), str(companion[1]), errors)
-        done = 0
-        try:
-            for window in read_ahead(lines, READ_AHEAD_LINES):
-                given = list(itertools.islice(given_lines, len(window)))  # none without a companion file
-                if companion is not None and len(given) < len(window):
-                    raise MtxError(f"{companion[0]} {companion[1]} has {done + len(given):,} lines, but the input has "
-                                   f"more: its line {done + len(given) + 1:,} has no line of {companion[1]} to go with "
-                                   "it. Give one line per input line (an empty line: none).")
-                sink.write("".join(f"{line}\n" for line in output_lines(window, given, line_offset + done)).encode())
-                sink.flush()
-                done += len(window)
-                if show_progress:
-                    log(f"\r{translator.stats.summary()}")
-        except BrokenPipeError:
-            # The reader of standard output left (`mtx translate ... | head`): stop quietly, as Unix tools do,
-            # with standard output pointed at /dev/null so that Python's final flush does not complain.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        if companion is not None and next(given_lines, None) is not None:
-            raise MtxError(f"{companion[0]} {companion[1]} has more lines than the input's {done:,}: give one line per "
-                           "input line.")
+def write_lines(results: Iterable[Sequence[Any]], writer: SearchWriter | ScoreWriter, sink: BinaryIO,
+                progress: Callable[[], None] | None) -> None:
+    """Each window's `results` as output lines (`writer.line`), written and flushed as one, then `progress`.
+    A reader of standard output that leaves (`mtx translate ... | head`) stops the translation quietly."""
+    try:
+        for window in results:
+            sink.write("".join(f"{writer.line(result)}\n" for result in window).encode())
+            sink.flush()
+            if progress is not None:
+                progress()
+    except BrokenPipeError:
+        # As Unix tools do, with standard output pointed at /dev/null so that Python's final flush does not
+        # complain.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def report(translator: Translator, log: Callable[[str], None], after_progress: bool) -> None:
+    """What the run did, on standard error: the count of truncated sources, if any, and the summary line
+    (`after_progress`: on a line of its own, below the progress line)."""
     stats = translator.stats
-    if show_progress:
+    if after_progress:
         log("\n")
     if stats.truncated:
         log(f"warning: {stats.truncated:,} sentences were longer than the model's {translator.max_positions} "
             f"positions and were truncated to their first {translator.max_positions - 1} tokens; split such "
             "lines to translate them whole.\n")
     log(f"translated {stats.summary()}\n")
-    return stats
-
-
-def _companion_file(input_path: Path | None, prefix_path: Path | None, reference_path: Path | None,
-                    options: dict[str, object], alignment: bool, line_offset: int) -> tuple[str, Path] | None:
-    """(its flag, the file) of --prefix or --score-reference, once the options are known to agree; line counts
-    are compared before any decoding where the input is a file (standard input is checked as it is read)."""
-    from mtx.data.corpora import count_lines
-
-    if line_offset < 0:
-        raise MtxError(f"--line-offset {line_offset} must be ≥ 0: the index of the input's first line in the file "
-                       "it was cut from.")
-    if options.get("sampling") and options.get("beam", 1) != 1:
-        raise MtxError(f"--sampling draws each token, --beam {options['beam']} searches: give one or the other "
-                       "(with --sampling, --nbest N draws N samples).")
-    if prefix_path is not None and reference_path is not None:
-        raise MtxError("--prefix and --score-reference do not go together: a given translation is scored whole.")
-    if reference_path is not None:
-        contradicting = [flag for flag, on in (("--sampling", options.get("sampling")), ("--alignment", alignment),
-                                               ("--nbest", options.get("nbest", 1) != 1)) if on]
-        if contradicting:
-            raise MtxError(f"--score-reference scores the given translations and searches for none: "
-                           f"{', '.join(contradicting)} do not apply to it.")
-    flag, path = ("--prefix", prefix_path) if prefix_path is not None else ("--score-reference", reference_path)
-    if path is None:
-        return None
-    if not path.is_file():
-        raise MtxError(f"{flag} {path} does not exist: pass a text file with one line per input line.")
-    if input_path is not None and (theirs := count_lines(path)) != (ours := count_lines(input_path)):
-        raise MtxError(f"{flag} {path} has {theirs:,} lines but the input {input_path} has {ours:,}: give one line "
-                       "per input line (an empty line: none).")
-    return flag, path

@@ -8,7 +8,7 @@ work on an ensemble unchanged.
 
 The members must share a tokenizer, since they score the same token ids; they may differ in everything else
 (layers, width, heads, norm placement). `load_models` loads the checkpoints of an ensemble and refuses a
-tokenizer mismatch by naming the files.
+tokenizer mismatch by naming the files; `read_metadata` reads what they say of themselves without the weights.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from mtx.checkpoint import load_model
+from mtx.checkpoint import load_checkpoint, load_model
 from mtx.decode.search import DecoderCache, IncrementalDecoder
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
@@ -93,25 +93,45 @@ class Ensemble:
 
 
 def load_models(paths: Sequence[Path]) -> tuple[list[Transformer], Tokenizer, list[dict]]:
-    """The models of the checkpoints `paths` on the CPU, in eval mode, their shared tokenizer, and each
-    checkpoint's metadata (its dict without the weights; the first's recipe sets the decoding defaults).
-
-    Refuses checkpoints whose tokenizers differ, naming the first file and the odd one: their token ids mean
-    different subwords, so averaging their distributions would mix unrelated tokens.
-    """
+    """The models of the checkpoints `paths` on the CPU, in eval mode, their shared tokenizer (`shared_tokenizer`),
+    and each checkpoint's metadata (its dict without the weights; the first's recipe sets the decoding defaults)."""
     if not paths:
         raise MtxError("No checkpoint given: pass at least one -m CKPT.pt.")
-    models, tokenizer, metadata = [], None, []
+    models, tokenizers, metadata = [], [], []
     for path in paths:
-        model, own, checkpoint = load_model(path, "cpu")
-        if tokenizer is not None and own.sha256 != tokenizer.sha256:
-            raise MtxError(f"{paths[0]} and {path} have different tokenizers (vocabularies of "
-                           f"{tokenizer.vocab_size:,} and {own.vocab_size:,} tokens), so they cannot be ensembled: "
-                           "ensemble models trained on the same prepared data/ (the same tokenizer.json).")
-        tokenizer = tokenizer or own
+        model, tokenizer, checkpoint = load_model(path, "cpu")
         models.append(model)
-        metadata.append({k: v for k, v in checkpoint.items() if k not in WEIGHTS})
-    return models, tokenizer, metadata
+        tokenizers.append(tokenizer)
+        metadata.append(without_weights(checkpoint))
+    return models, shared_tokenizer(paths, tokenizers), metadata
+
+
+def read_metadata(paths: Sequence[Path]) -> tuple[Tokenizer, list[dict]]:
+    """What `load_models` returns but the models: for a process that checks requests and decodes nothing (`mtx
+    serve`'s). The weights are mapped from the files (`load_checkpoint`'s mmap) and dropped unread, so they never
+    take this process's memory."""
+    if not paths:
+        raise MtxError("No checkpoint given: pass at least one -m CKPT.pt.")
+    metadata = [without_weights(load_checkpoint(path, mmap=True)) for path in paths]
+    return shared_tokenizer(paths, [Tokenizer.from_str(checkpoint["tokenizer"]) for checkpoint in metadata]), metadata
+
+
+def shared_tokenizer(paths: Sequence[Path], tokenizers: Sequence[Tokenizer]) -> Tokenizer:
+    """The one tokenizer of the checkpoints `paths` (`tokenizers`, theirs in order). Refuses checkpoints whose
+    tokenizers differ, naming the first file and the odd one: their token ids mean different subwords, so
+    averaging their distributions would mix unrelated tokens."""
+    first = tokenizers[0]
+    for path, own in zip(paths, tokenizers, strict=True):
+        if own.sha256 != first.sha256:
+            raise MtxError(f"{paths[0]} and {path} have different tokenizers (vocabularies of "
+                           f"{first.vocab_size:,} and {own.vocab_size:,} tokens), so they cannot be ensembled: "
+                           "ensemble models trained on the same prepared data/ (the same tokenizer.json).")
+    return first
+
+
+def without_weights(checkpoint: dict) -> dict:
+    """A checkpoint's metadata: everything but its tensors of weights and training state (`WEIGHTS`)."""
+    return {k: v for k, v in checkpoint.items() if k not in WEIGHTS}
 
 
 WEIGHTS = ("model", "ema", "train_state")  # what a checkpoint's metadata leaves out

@@ -9,11 +9,19 @@ has no hypotheses.
 
 With `--format jsonl`, each output line is instead one JSON object (`json_line`): what a pipeline wants to read
 without parsing tabs and separators, with the subword tokens and their log-probabilities besides the text.
+
+`mtx translate` chooses its writer once, from the format and the flags, rather than asking for every line:
+`search_writer` gives `Text`, `NbestText` or `Jsonl`, which write the n-best list a search found;
+`score_writer` gives `ScoredText` or `ScoredJsonl`, which write the score of a given translation
+(`--score-reference`). Each writer's `line` turns one input line's result into its output line, without the
+line break.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Literal
 
 from mtx.decode.alignment import pharaoh
 from mtx.decode.translator import Translation
@@ -52,24 +60,98 @@ def json_fields(translation: Translation, tokenizer: Tokenizer, with_alignment: 
 
 
 def json_line(nbest: list[Translation], tokenizer: Tokenizer, with_nbest: bool, with_alignment: bool,
-              with_flags: bool = False) -> str:
+              with_doubts: bool = False) -> str:
     """`json_object` as one line of JSON."""
-    return json.dumps(json_object(nbest, tokenizer, with_nbest, with_alignment, with_flags), ensure_ascii=False)
+    return json.dumps(json_object(nbest, tokenizer, with_nbest, with_alignment, with_doubts), ensure_ascii=False)
 
 
 def json_object(nbest: list[Translation], tokenizer: Tokenizer, with_nbest: bool, with_alignment: bool,
-                with_flags: bool = False) -> dict[str, object]:
+                with_doubts: bool = False) -> dict[str, object]:
     """One input line's translation as one JSON object: the best hypothesis' fields, and (for --nbest > 1) the
-    n-best list, best first, as "nbest"; `with_flags`, the best one's flags (mtx.decode.flags) as "flags". An
-    empty input line has no hypothesis: an empty text, a null score, no tokens, no flags."""
+    n-best list, best first, as "nbest"; `with_doubts`, the best one's doubts (mtx.decode.doubts) as "flags". An
+    empty input line has no hypothesis: an empty text, a null score, no tokens, no doubts."""
     if nbest:
         line = json_fields(nbest[0], tokenizer, with_alignment)
     else:
         line = {"text": "", "score": None, "tokens": [], "token_log_probs": []}
         if with_alignment:
             line["alignment"] = []
-    if with_flags:
-        line["flags"] = list(nbest[0].flags) if nbest else []
+    if with_doubts:
+        line["flags"] = list(nbest[0].doubts) if nbest else []
     if with_nbest:
         line["nbest"] = [json_fields(translation, tokenizer, with_alignment) for translation in nbest]
     return line
+
+
+OutputFormat = Literal["text", "jsonl"]
+
+
+@dataclass(frozen=True)
+class Text:
+    """The best translation of each line (`--nbest` 1); `alignment`: followed by " ||| " and its alignment."""
+
+    alignment: bool = False
+
+    def line(self, nbest: list[Translation]) -> str:
+        return format_nbest(nbest, False, self.alignment)
+
+
+@dataclass(frozen=True)
+class NbestText:
+    """The n best of each line (`--nbest` N > 1), as score<TAB>text pairs joined by tabs; `alignment`: each text
+    followed by " ||| " and its alignment."""
+
+    alignment: bool = False
+
+    def line(self, nbest: list[Translation]) -> str:
+        return format_nbest(nbest, True, self.alignment)
+
+
+@dataclass(frozen=True)
+class Jsonl:
+    """Each line's translation as one JSON object (`json_object`) with its doubts ("flags"); `nbest`: with the
+    n-best list."""
+
+    tokenizer: Tokenizer
+    nbest: bool = False
+    alignment: bool = False
+
+    def line(self, nbest: list[Translation]) -> str:
+        return json_line(nbest, self.tokenizer, self.nbest, self.alignment, with_doubts=True)
+
+
+@dataclass(frozen=True)
+class ScoredText:
+    """A given translation's score: score<TAB>text, its text as normalised; an empty input line: an empty line."""
+
+    def line(self, scored: Translation | None) -> str:
+        return "" if scored is None else f"{scored.score:.4f}\t{scored.text}"
+
+
+@dataclass(frozen=True)
+class ScoredJsonl:
+    """A given translation's score as one JSON object: the fields of `json_object` (no doubts: nothing was
+    searched) and "log_prob", log P(Y|X) itself, the sum of its tokens' (null for an empty input line)."""
+
+    tokenizer: Tokenizer
+
+    def line(self, scored: Translation | None) -> str:
+        fields = json_object([] if scored is None else [scored], self.tokenizer, False, False)
+        fields["log_prob"] = None if scored is None else sum(scored.token_log_probs)
+        return json.dumps(fields, ensure_ascii=False)
+
+
+SearchWriter = Text | NbestText | Jsonl
+ScoreWriter = ScoredText | ScoredJsonl
+
+
+def search_writer(output_format: OutputFormat, tokenizer: Tokenizer, nbest: bool, alignment: bool) -> SearchWriter:
+    """The writer of a search's n-best lists in `output_format`; `nbest`: more than one translation a line."""
+    if output_format == "jsonl":
+        return Jsonl(tokenizer, nbest, alignment)
+    return NbestText(alignment) if nbest else Text(alignment)
+
+
+def score_writer(output_format: OutputFormat, tokenizer: Tokenizer) -> ScoreWriter:
+    """The writer of the scores of given translations in `output_format`."""
+    return ScoredJsonl(tokenizer) if output_format == "jsonl" else ScoredText()

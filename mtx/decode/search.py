@@ -3,14 +3,18 @@
 Each decodes a whole batch at once. Beam search keeps `beam` open hypotheses per sentence as rows of one
 (sentences × beam) batch, so every step is a handful of tensor operations whatever the batch size; Python only
 touches the hypotheses that end (to set them aside) and the sentences that finish (to drop them from the batch).
-Sampling draws each token from the model's distribution (mtx.decode.sampling), reproducibly per input line. Any
-of them can be given a target prefix per sentence, which the translation then starts with.
+Sampling draws each token from the model's distribution (mtx.decode.sampling), reproducibly per input line.
+
+Every search takes two values built once from the decoding options: `Constraints`, what each sentence must
+honour (its length limits, its target prefix, which the translation then starts with, no repeated n-grams), and
+`LengthPenalty`, what its hypotheses' log-probabilities are divided by. Only what is a search's own (the beam,
+the n-best, sampling's draws) is passed to it besides.
 
 Conventions shared with the trainer: decoding starts from BOS; a hypothesis ends with EOS, which is not part of
 its tokens but whose log-probability counts in its score (as in fairseq). A sentence may produce at most
 `max_len[i]` tokens before EOS; at that length EOS is forced. PAD and BOS are never produced.
 
-Scores are length-normalised: score = log P(Y | X) / lp(|Y|), with |Y| counting EOS and
+Scores are length-normalised (`LengthPenalty`): score = log P(Y | X) / lp(|Y|), with |Y| counting EOS and
     gnmt:    lp(|Y|) = ((5 + |Y|) / 6) ** α    (Wu et al., 2016; what the Transformer paper used, α = 0.6)
     fairseq: lp(|Y|) = |Y| ** α
 Both are 1 for α = 0, which makes the score the plain log-probability.
@@ -18,14 +22,15 @@ Both are 1 for α = 0, which makes the score the plain log-probability.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
 
-from mtx.config.decode import LengthPenaltyStyle
+from mtx.config.decode import DecodeConfig, LengthPenaltyStyle
 from mtx.decode.sampling import draw, filtered, uniforms
 from mtx.tokenizer import BOS, EOS, PAD
 
@@ -89,44 +94,113 @@ class Hypothesis:
     attention: Tensor | None = None  # (tokens, S): the aligning layer's attention of the step that chose each token
 
 
-def length_penalty(length: Tensor | float, alpha: float, style: LengthPenaltyStyle) -> Tensor | float:
-    """lp(|Y|), the divisor of a hypothesis' log-probability; non-decreasing in |Y| for α ≥ 0."""
-    if style == "gnmt":
-        return ((5.0 + length) / 6.0) ** float(alpha)
-    if style == "fairseq":
-        return length ** float(alpha)
-    raise ValueError(f"unknown length penalty style {style!r}")
+@dataclass(frozen=True)
+class LengthPenalty:
+    """lp(|Y|), the divisor of a hypothesis' log-probability (the module docstring has both formulas), as one
+    value: built once from the decoding options and handed to whatever scores a hypothesis (the searches,
+    forced scoring, `mtx inspect`), so that they all divide by the same lp and their scores can be compared.
 
-
-def constrain(log_probs: Tensor, step: int, min_len: int, max_len: Tensor, forced: Tensor | None = None,
-              history: Tensor | None = None, no_repeat_ngram: int = 0) -> Tensor:
-    """Forbid what may not come next, in place: PAD and BOS always, EOS before `min_len` tokens, anything
-    but EOS once a row has `max_len` tokens (the length cap wins over `min_len`), a token that would repeat an
-    n-gram of the row's `history` (its tokens so far, (N, step)) with `no_repeat_ngram` n > 0, and anything but
-    the prefix's token while a row is inside its target prefix (a prefix is the user's: it may repeat).
-
-    log_probs: (N, V) for the token at position `step`, i.e. after `step` tokens; max_len: (N,) per row;
-    forced: (N, P) each row's prefix, PAD after its end (None: no prefixes). A prefix fits its row's max_len.
+    Non-decreasing in |Y| for α ≥ 0, which the early stop of beam search relies on. The defaults are no penalty
+    at all (α = 0: the score is the plain log-probability) and the paper's style; a recipe's or a user's choice
+    comes from their options through `of_config`.
     """
-    if no_repeat_ngram and history is not None and step >= no_repeat_ngram:
-        ban_repeated_ngrams(log_probs, history[:, :step], no_repeat_ngram)
-    if forced is not None and step < forced.shape[1]:
-        token = forced[:, step]
-        inside = token != PAD
-        if bool(inside.any()):
-            keep = log_probs[inside].gather(1, token[inside].unsqueeze(1))
-            log_probs[inside] = torch.full_like(log_probs[inside], -torch.inf).scatter_(1, token[inside].unsqueeze(1),
-                                                                                        keep)
-    at_limit = max_len <= step
-    if step < min_len:
-        log_probs[:, EOS].masked_fill_(~at_limit, -torch.inf)
-    if bool(at_limit.any()):
-        not_eos = torch.ones(log_probs.shape[1], dtype=torch.bool, device=log_probs.device)
-        not_eos[EOS] = False
-        log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, -torch.inf)
-    log_probs[:, PAD] = -torch.inf
-    log_probs[:, BOS] = -torch.inf
-    return log_probs
+
+    alpha: float = 0.0
+    style: LengthPenaltyStyle = "gnmt"
+
+    def __post_init__(self) -> None:
+        # Refused when built rather than at the first hypothesis that ends, deep inside a search.
+        if self.style not in typing.get_args(LengthPenaltyStyle):
+            raise ValueError(f"unknown length penalty style {self.style!r}")
+
+    @classmethod
+    def of_config(cls, decode: DecodeConfig) -> LengthPenalty:
+        """The length penalty `decode` asks for (its `lenpen` and `lenpen_style`)."""
+        return cls(decode.lenpen, decode.lenpen_style)
+
+    def __call__(self, length: Tensor | float) -> Tensor | float:
+        """lp(length), elementwise for a tensor of lengths."""
+        if self.style == "gnmt":
+            return ((5.0 + length) / 6.0) ** float(self.alpha)
+        return length ** float(self.alpha)
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What each row of a search's batch must honour, and `constrain` enforces at every step: at most `max_len`
+    tokens before EOS, at least `min_len` (the length cap wins), no n-gram of `no_repeat_ngram` tokens twice
+    (0: allowed), and its target `prefix` first.
+
+    One value rather than four arguments because a search changes the shape of its batch as it goes: it grows
+    each sentence into its beams or samples and drops the sentences that are done, and the per-row fields must
+    follow the rows exactly. The operations that move them are here, so they move together or not at all.
+
+    max_len: (N,) the most tokens each row may produce before EOS; prefix: (N, P) each row's target prefix, PAD
+    after its end (None: no row has one), which fits the row's max_len.
+    """
+
+    max_len: Tensor
+    min_len: int = 0
+    prefix: Tensor | None = None
+    no_repeat_ngram: int = 0
+
+    @classmethod
+    def of_config(cls, decode: DecodeConfig, max_len: Tensor, prefix: Tensor | None = None) -> Constraints:
+        """The constraints `decode` asks for (its `min_len` and `no_repeat_ngram`), with each sentence's output
+        limit `max_len` (B,) and target prefix (B, P), which come from the sentences rather than the options."""
+        return cls(max_len, decode.min_len, prefix, decode.no_repeat_ngram)
+
+    @property
+    def steps(self) -> int:
+        """The most steps a search of these rows takes: the longest output, then its EOS. It reads a value of
+        `max_len`, a CPU-GPU sync point where that is on a GPU, so searches ask before moving it to their device."""
+        return int(self.max_len.max()) + 1
+
+    def to(self, device: torch.device) -> Constraints:
+        """The same constraints, their tensors on `device` (that of the search's log-probabilities)."""
+        return self._map(lambda t: t.to(device))
+
+    def select(self, rows: Tensor) -> Constraints:
+        """The constraints of the rows `rows` (R,) only, in that order: those of the sentences that go on."""
+        return self._map(lambda t: t[rows])
+
+    def repeat_interleave(self, times: int) -> Constraints:
+        """Each row's constraints repeated `times` times in a row, for the beams or samples it grows into."""
+        return self._map(lambda t: t.repeat_interleave(times, dim=0))
+
+    def _map(self, change: Callable[[Tensor], Tensor]) -> Constraints:
+        """The same constraints, `change` applied to each per-row tensor."""
+        prefix = None if self.prefix is None else change(self.prefix)
+        return replace(self, max_len=change(self.max_len), prefix=prefix)
+
+    def constrain(self, log_probs: Tensor, step: int, history: Tensor) -> Tensor:
+        """Forbid what may not come next, in place, and return `log_probs`: PAD and BOS always, EOS before
+        `min_len` tokens, anything but EOS once a row has `max_len` tokens (the length cap wins over `min_len`),
+        a token that would repeat an n-gram of the row's `history` with `no_repeat_ngram` n > 0, and anything but
+        the prefix's token while a row is inside its target prefix (a prefix is the user's: it may repeat).
+
+        log_probs: (N, V) for the token at position `step`, i.e. after `step` tokens; history: (N, ≥ step) the
+        rows' tokens so far, then anything (only the first `step` columns are read).
+        """
+        if self.no_repeat_ngram and step >= self.no_repeat_ngram:
+            ban_repeated_ngrams(log_probs, history[:, :step], self.no_repeat_ngram)
+        if self.prefix is not None and step < self.prefix.shape[1]:
+            token = self.prefix[:, step]
+            inside = token != PAD
+            if bool(inside.any()):
+                keep = log_probs[inside].gather(1, token[inside].unsqueeze(1))
+                log_probs[inside] = torch.full_like(log_probs[inside], -torch.inf).scatter_(
+                    1, token[inside].unsqueeze(1), keep)
+        at_limit = self.max_len <= step
+        if step < self.min_len:
+            log_probs[:, EOS].masked_fill_(~at_limit, -torch.inf)
+        if bool(at_limit.any()):
+            not_eos = torch.ones(log_probs.shape[1], dtype=torch.bool, device=log_probs.device)
+            not_eos[EOS] = False
+            log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, -torch.inf)
+        log_probs[:, PAD] = -torch.inf
+        log_probs[:, BOS] = -torch.inf
+        return log_probs
 
 
 def ban_repeated_ngrams(log_probs: Tensor, history: Tensor, n: int) -> None:
@@ -140,10 +214,10 @@ def ban_repeated_ngrams(log_probs: Tensor, history: Tensor, n: int) -> None:
     log_probs[rows, windows[rows, where, n - 1]] = -torch.inf
 
 
-def _start(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor) -> CacheT:
-    """Encode the batch and make a decoder state with room for the longest output plus its EOS."""
+def _start(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, steps: int) -> CacheT:
+    """Encode the batch and make a decoder state with room for `steps` steps (`Constraints.steps`)."""
     memory = model.encode(src, src_pad)
-    return model.init_state(memory, src_pad, max_len=int(max_len.max()) + 1)
+    return model.init_state(memory, src_pad, max_len=steps)
 
 
 @dataclass(frozen=True)
@@ -159,31 +233,27 @@ class Sampling:
 
 
 @torch.inference_mode()
-def greedy_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, min_len: int = 0,
-                  lenpen: float = 0.0, lenpen_style: LengthPenaltyStyle = "gnmt", prefix: Tensor | None = None,
-                  no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
+def greedy_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, constraints: Constraints,
+                  penalty: LengthPenalty) -> list[list[Hypothesis]]:
     """The most probable token at every step; a sentence leaves the batch as soon as it produces EOS.
 
-    src, src_pad: (B, S); max_len: (B,) the most tokens each sentence may produce before EOS; prefix: (B, P)
-    each sentence's target prefix, PAD after it (None: none), which its translation starts with.
+    src, src_pad: (B, S); constraints: each sentence's (B rows), whose prefix its translation starts with.
     Returns for each sentence a one-element n-best list, scored as beam search scores it.
     """
-    found = _one_path_each(model, src, src_pad, max_len, lambda scores, rows, step: scores.max(dim=-1)[1],
-                           min_len=min_len, lenpen=lenpen, lenpen_style=lenpen_style, prefix=prefix,
-                           no_repeat_ngram=no_repeat_ngram)
+    found = _decode_one_path_per_row(model, src, src_pad, constraints, penalty,
+                                     lambda scores, rows, step: scores.max(dim=-1)[1])
     return [[hypothesis] for hypothesis in found]
 
 
 @torch.inference_mode()
-def sample_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, samples: int,
-                  sampling: Sampling, min_len: int = 0, lenpen: float = 0.0, lenpen_style: LengthPenaltyStyle = "gnmt",
-                  prefix: Tensor | None = None, no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
+def sample_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, constraints: Constraints,
+                  penalty: LengthPenalty, *, samples: int, sampling: Sampling) -> list[list[Hypothesis]]:
     """`samples` translations of each sentence, each token drawn from the model's distribution as `sampling`
     filters it, by draws that depend on (seed, line, sample, step) alone (mtx.decode.sampling). Each is scored
     as beam search would score it, by the model's own log-probabilities; best first.
 
-    Each sample is decoded as a sentence of its own (the source repeated `samples` times): samples end at
-    different steps, and the decoder's cache keeps a sentence's rows together.
+    Each sample is decoded as a sentence of its own (the source and its constraints repeated `samples` times):
+    samples end at different steps, and the decoder's cache keeps a sentence's rows together.
     """
     lines = sampling.lines.to(src.device).repeat_interleave(samples)
     copy = torch.arange(samples, device=src.device).repeat(src.shape[0])
@@ -192,39 +262,35 @@ def sample_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tenso
         u = uniforms(sampling.seed, lines[rows], copy[rows], step)
         return draw(filtered(scores, sampling.temperature, sampling.topk, sampling.topp), u)
 
-    def repeat(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t.repeat_interleave(samples, dim=0)
-
-    found = _one_path_each(model, repeat(src), repeat(src_pad), repeat(max_len), pick, min_len=min_len,
-                           lenpen=lenpen, lenpen_style=lenpen_style, prefix=repeat(prefix),
-                           no_repeat_ngram=no_repeat_ngram)
+    found = _decode_one_path_per_row(model, src.repeat_interleave(samples, dim=0),
+                                     src_pad.repeat_interleave(samples, dim=0), constraints.repeat_interleave(samples),
+                                     penalty, pick)
     return [sorted(found[i : i + samples], key=lambda h: -h.score) for i in range(0, len(found), samples)]
 
 
-def _one_path_each(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor,
-                   pick: Callable[[Tensor, Tensor, int], Tensor], *, min_len: int, lenpen: float,
-                   lenpen_style: LengthPenaltyStyle, prefix: Tensor | None, no_repeat_ngram: int) -> list[Hypothesis]:
-    """One translation per sentence, `pick(log_probs, rows, step)` choosing each open sentence's next token from
-    its constrained log-probabilities (`rows`: the open sentences' indices in the batch). A sentence leaves the
-    batch as soon as it produces EOS."""
-    batch, device = src.shape[0], src.device
-    state = _start(model, src, src_pad, max_len)
-    rows = torch.arange(batch, device=device)  # which input sentence each row decodes
-    row_max_len = max_len.to(device)
-    forced = None if prefix is None else prefix.to(device)
-    tokens = src.new_zeros(batch, int(max_len.max()) + 1)
+def _decode_one_path_per_row(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
+                             constraints: Constraints, penalty: LengthPenalty,
+                             pick: Callable[[Tensor, Tensor, int], Tensor]) -> list[Hypothesis]:
+    """One translation per row of the batch, `pick(log_probs, rows, step)` choosing each open row's next token
+    from its constrained log-probabilities (`rows`: the open rows' indices in the batch). A row leaves the
+    batch as soon as it produces EOS, and its constraints with it."""
+    batch, device, steps = src.shape[0], src.device, constraints.steps
+    state = _start(model, src, src_pad, steps)
+    rows = torch.arange(batch, device=device)  # which row of the input each open row decodes
+    constraints = constraints.to(device)
+    tokens = src.new_zeros(batch, steps)
     token_log_probs = torch.zeros(tokens.shape, device=device)
     log_prob = torch.zeros(batch, device=device)
     prev = src.new_full((batch,), BOS)
     attention = None  # (rows, positions, S) when the decoder hands out attention (see DecoderCache)
     results: list[Hypothesis | None] = [None] * batch
-    for step in range(tokens.shape[1]):
+    for step in range(steps):
         log_probs, state = model.decode_step(prev, state)
         if (row_attention := getattr(state, "attention", None)) is not None:
             if attention is None:
-                attention = row_attention.new_zeros(batch, tokens.shape[1], row_attention.shape[1])
+                attention = row_attention.new_zeros(batch, steps, row_attention.shape[1])
             attention[:, step] = row_attention
-        scores = constrain(log_probs, step, min_len, row_max_len, forced, tokens, no_repeat_ngram)
+        scores = constraints.constrain(log_probs, step, tokens)
         prev = pick(scores, rows, step)
         chosen = scores.gather(1, prev.unsqueeze(1)).squeeze(1)
         log_prob += chosen
@@ -232,7 +298,7 @@ def _one_path_each(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tens
         ended = prev == EOS
         if not bool(ended.any()):
             continue
-        ended_scores = log_prob[ended] / length_penalty(step + 1.0, lenpen, lenpen_style)
+        ended_scores = log_prob[ended] / penalty(step + 1.0)
         ended_tokens, ended_log_probs = tokens[ended, :step].tolist(), token_log_probs[ended, : step + 1].tolist()
         ended_attention = [None] * len(ended_tokens) if attention is None else attention[ended, :step]
         for i, row_tokens, score, row_log_probs, row_attention in zip(
@@ -243,10 +309,10 @@ def _one_path_each(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tens
         if keep.numel() == 0:
             break
         state = state.reorder(keep, keep)
-        rows, row_max_len, tokens, token_log_probs, log_prob, prev = (
-            t[keep] for t in (rows, row_max_len, tokens, token_log_probs, log_prob, prev)
+        rows, tokens, token_log_probs, log_prob, prev = (
+            t[keep] for t in (rows, tokens, token_log_probs, log_prob, prev)
         )
-        forced = None if forced is None else forced[keep]
+        constraints = constraints.select(keep)
         attention = None if attention is None else attention[keep]
     return results
 
@@ -362,10 +428,25 @@ def set_aside(finished: list[Finished], worst_kept: Tensor, endings: Endings, lp
     worst_kept[touched] = torch.tensor([finished[i].worst_kept for i in touched.tolist()], device=worst_kept.device)
 
 
+def _first_step_into_beams(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, steps: int,
+                           beam: int) -> tuple[Tensor, CacheT, Tensor | None]:
+    """Start a beam search: encode the batch, take the first step and grow each sentence into its `beam` rows.
+
+    Every beam of a sentence starts as the same empty hypothesis, so the first step is computed once per
+    sentence and then copied to its beams (the state's rows; the sentence's cross-attention cache is shared).
+    Returns the first token's log-probabilities (B·K, V), the state of B·K rows with room for `steps` steps, and
+    each row's attention over the source (B·K, S) when the decoder hands it out (None otherwise).
+    """
+    state = _start(model, src, src_pad, steps)
+    log_probs, state = model.decode_step(src.new_full((src.shape[0],), BOS), state)
+    to_beams = torch.arange(src.shape[0], device=src.device).repeat_interleave(beam)
+    row_attention = getattr(state, "attention", None)
+    return log_probs[to_beams], state.reorder(to_beams), None if row_attention is None else row_attention[to_beams]
+
+
 @torch.inference_mode()
-def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int,
-                lenpen: float, lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0,
-                nbest: int = 1, prefix: Tensor | None = None, no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
+def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, constraints: Constraints,
+                penalty: LengthPenalty, *, beam: int, nbest: int = 1) -> list[list[Hypothesis]]:
     """Beam search as fairseq and Sockeye do it, plus an early stop that never changes the result.
 
     Each step extends every open hypothesis by every token and takes the 2K best of each sentence. An EOS
@@ -377,30 +458,21 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
     score of at most s / lp(max_len + 1). A complete sentence leaves the batch, so the work follows the
     sentences still being decoded.
 
-    src, src_pad: (B, S); max_len: (B,) the most tokens each sentence may produce before EOS; prefix: (B, P)
-    each sentence's target prefix, PAD after it (None: none): while a sentence is inside it, its one open
-    beam can only extend by the prefix's token, so the search goes on from the prefix as from BOS.
-    Returns for each sentence its `nbest` best hypotheses, best first.
+    src, src_pad: (B, S); constraints: each sentence's (B rows), shared by its beams. While a sentence is inside
+    its target prefix its one open beam can only extend by the prefix's token, so the search goes on from the
+    prefix as from BOS. Returns for each sentence its `nbest` best hypotheses, best first.
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
-    batch, device = src.shape[0], src.device
-    # Every beam of a sentence starts as the same empty hypothesis, so the first step is computed once per
-    # sentence and then copied to its beams (the state's rows; the sentence's cross-attention cache is shared).
-    state = _start(model, src, src_pad, max_len)
-    log_probs, state = model.decode_step(src.new_full((batch,), BOS), state)
-    to_beams = torch.arange(batch, device=device).repeat_interleave(beam)
-    row_attention = getattr(state, "attention", None)  # (rows, S) when the decoder hands out attention
-    row_attention = None if row_attention is None else row_attention[to_beams]
-    log_probs, state = log_probs[to_beams], state.reorder(to_beams)
+    batch, device, steps = src.shape[0], src.device, constraints.steps
+    log_probs, state, row_attention = _first_step_into_beams(model, src, src_pad, steps, beam)
     sentence = torch.arange(batch, device=device)  # which input sentence each open sentence is
-    max_len = max_len.to(device)
-    prefix = None if prefix is None else prefix.to(device)
+    constraints = constraints.to(device)
     # Only the first of a sentence's identical beams may extend, or the first step would fill the beam with K
     # copies of the same best token.
     beam_scores = torch.full((batch, beam), -torch.inf, device=device)
     beam_scores[:, 0] = 0.0
-    tokens = src.new_zeros(batch * beam, int(max_len.max()) + 1)
+    tokens = src.new_zeros(batch * beam, steps)
     running_log_probs = torch.zeros(tokens.shape, device=device)  # each open row's log-probability after each token
     # Each open row's attention at each of its steps, carried and reordered with it, as fairseq carries it.
     attention = None if row_attention is None else row_attention.new_zeros(*tokens.shape, row_attention.shape[1])
@@ -410,14 +482,13 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
     # `Finished.worst_kept`.
     ended_count = torch.zeros(batch, dtype=torch.long, device=device)
     worst_kept = torch.full((batch,), -torch.inf, device=device)
-    for step in range(tokens.shape[1]):
+    for step in range(steps):
         if step > 0:
             log_probs, state = model.decode_step(tokens[:, step - 1], state)
             row_attention = getattr(state, "attention", None)
         if attention is not None:
             attention[:, step] = row_attention
-        forced = None if prefix is None else prefix.repeat_interleave(beam, dim=0)
-        constrain(log_probs, step, min_len, max_len.repeat_interleave(beam), forced, tokens, no_repeat_ngram)
+        constraints.repeat_interleave(beam).constrain(log_probs, step, tokens)
         scores, parent, token = top_candidates(beam_scores, log_probs, beam)
         parent_row = parent + torch.arange(0, len(sentence) * beam, beam, device=device).unsqueeze(1)
 
@@ -425,12 +496,12 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
         if bool(ends.any()):
             endings = Endings.among(ends, scores, parent_row, tokens[:, :step], running_log_probs[:, :step], sentence,
                                     None if attention is None else attention[:, :step])
-            set_aside(finished, worst_kept, endings, length_penalty(step + 1.0, lenpen, lenpen_style))
+            set_aside(finished, worst_kept, endings, penalty(step + 1.0))
             ended_count += ends.sum(dim=1)
 
         chosen = first_open(token, beam)
         beam_scores, parent_row, token = (t.gather(1, chosen) for t in (scores, parent_row, token))
-        best_possible = beam_scores[:, 0] / length_penalty(max_len + 1, lenpen, lenpen_style)
+        best_possible = beam_scores[:, 0] / penalty(constraints.max_len + 1)
         complete = (ended_count >= beam) | (worst_kept[sentence] >= best_possible)
 
         if bool(complete.all()):
@@ -438,10 +509,10 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
         keep = None  # the sentences that go on, when some leave
         if bool(complete.any()):
             keep = (~complete).nonzero().squeeze(1)
-            sentence, max_len, ended_count, beam_scores, parent_row, token = (
-                t[keep] for t in (sentence, max_len, ended_count, beam_scores, parent_row, token)
+            sentence, ended_count, beam_scores, parent_row, token = (
+                t[keep] for t in (sentence, ended_count, beam_scores, parent_row, token)
             )
-            prefix = None if prefix is None else prefix[keep]
+            constraints = constraints.select(keep)
         rows = parent_row.flatten()
         state = state.reorder(rows, keep)
         tokens, running_log_probs = tokens[rows], running_log_probs[rows]
@@ -450,17 +521,13 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
     return [f.best for f in finished]
 
 
-def search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, max_len: Tensor, *, beam: int,
-           lenpen: float, lenpen_style: LengthPenaltyStyle = "gnmt", min_len: int = 0, nbest: int = 1,
-           prefix: Tensor | None = None, sampling: Sampling | None = None,
-           no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
+def search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, constraints: Constraints,
+           penalty: LengthPenalty, *, beam: int, nbest: int = 1, sampling: Sampling | None = None
+           ) -> list[list[Hypothesis]]:
     """`nbest` samples with `sampling`; else greedy search for beam 1 (the same result as beam search, without
-    the beam bookkeeping), beam search otherwise. Each translation starts with its sentence's `prefix`."""
+    the beam bookkeeping), beam search otherwise. Each translation starts with its sentence's prefix."""
     if sampling is not None:
-        return sample_search(model, src, src_pad, max_len, samples=nbest, sampling=sampling, min_len=min_len,
-                             lenpen=lenpen, lenpen_style=lenpen_style, prefix=prefix, no_repeat_ngram=no_repeat_ngram)
+        return sample_search(model, src, src_pad, constraints, penalty, samples=nbest, sampling=sampling)
     if beam == 1:
-        return greedy_search(model, src, src_pad, max_len, min_len=min_len, lenpen=lenpen, lenpen_style=lenpen_style,
-                             prefix=prefix, no_repeat_ngram=no_repeat_ngram)
-    return beam_search(model, src, src_pad, max_len, beam=beam, lenpen=lenpen, lenpen_style=lenpen_style,
-                       min_len=min_len, nbest=nbest, prefix=prefix, no_repeat_ngram=no_repeat_ngram)
+        return greedy_search(model, src, src_pad, constraints, penalty)
+    return beam_search(model, src, src_pad, constraints, penalty, beam=beam, nbest=nbest)

@@ -3,7 +3,7 @@
 `Translator` encodes the sentences, sorts them by length and packs them into batches of similar length, so
 padding is rare. A batch's size, kept within `batch_tokens`, is counted as training counts it: sentences × the
 longer side, EOS included, where the target side is the output length limit (mtx.data.batching.decoding_batches).
-On a CPU several batches are decoded side by side, one thread each (`decoding_workers`). `prepare_model` puts
+On a CPU several batches are decoded side by side, one thread each (`batches_at_once`). `prepare_model` puts
 a checkpoint's model on its device in the numeric format asked for.
 
 `translate_sentences` (what the trainer's validation calls) and the `mtx translate` command
@@ -20,7 +20,6 @@ has at most floor(max_len_a · n + max_len_b) tokens before its EOS, and never m
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -33,18 +32,19 @@ import torch
 
 from mtx.config.recipe import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
-from mtx.decode.alignment import AligningDecoder, Alignment, align_searched
+from mtx.decode.alignment import AligningDecoder, Alignment, align_searched, aligning_layer
+from mtx.decode.doubts import DoubtThresholds, doubts
 from mtx.decode.ensemble import Ensemble, load_models
-from mtx.decode.flags import FlagThresholds, flags
+from mtx.decode.forced import forced_scores
+from mtx.decode.limits import ModelLimits
 from mtx.decode.sampling import line_indices
-from mtx.decode.scoring import score_targets
-from mtx.decode.search import Hypothesis, Sampling, search
+from mtx.decode.search import Constraints, Hypothesis, LengthPenalty, Sampling, search
 from mtx.devices import available_memory, choose_device, choose_dtype, half_precision_model
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
 
-MAX_WORKERS = 8  # batches decoded at once on a CPU; beyond some number Python's own work would serialise them
+MAX_BATCHES_AT_ONCE = 8  # batches decoded side by side on a CPU; beyond some number Python's own work serialises them
 
 Dtype = Literal["auto", "fp32", "bf16", "fp16", "int8"]
 
@@ -72,7 +72,7 @@ class Translation(NamedTuple):
     tokens: Sequence[int] = ()  # its token ids, EOS excluded
     token_log_probs: Sequence[float] = ()  # each token's log-probability, EOS last (`mtx.decode.search.Hypothesis`)
     alignment: Alignment | None = None  # its word alignment, when the translator was asked for one
-    flags: Sequence[str] = ()  # why it deserves a human look (mtx.decode.flags), when the translator was asked
+    doubts: Sequence[str] = ()  # why it deserves a human look (mtx.decode.doubts), when the translator was asked
 
 
 @dataclass
@@ -94,22 +94,18 @@ class Translator:
     batch_tokens: int = 4096
     stats: TranslationStats = field(default_factory=TranslationStats)
     alignment_layer: int | None = None
-    flag_thresholds: FlagThresholds | None = None  # flag doubtful translations (mtx.decode.flags); None: do not
+    doubt_thresholds: DoubtThresholds | None = None  # flag doubtful translations (mtx.decode.doubts); None: do not
 
     def __post_init__(self) -> None:
         if self.batch_tokens < 1:
             raise MtxError(f"--batch-tokens {self.batch_tokens} must be at least 1.")
         self.models: list[Transformer] = [self.model] if isinstance(self.model, Transformer) else list(self.model)
         first = self.models[0]
-        if any(model.vocab_size != first.vocab_size for model in self.models):
-            raise MtxError("The models of an ensemble must share a vocabulary, but their sizes are "
-                           f"{', '.join(f'{model.vocab_size:,}' for model in self.models)}.")
+        self.limits = ModelLimits.of_configs([(model.cfg, model.vocab_size) for model in self.models])
         self.decode.validate_flags(first.vocab_size)
-        layers = len(first.decoder_layers)
-        if self.alignment_layer is not None and not 0 <= self.alignment_layer < layers:
-            raise MtxError(f"--alignment-layer {self.alignment_layer} is not a layer of this model, whose "
-                           f"decoder layers are numbered 0 to {layers - 1}.")
-        self.max_positions: int = min(model.cfg.max_positions for model in self.models)
+        if self.alignment_layer is not None:
+            aligning_layer(True, self.alignment_layer, self.limits.decoder_layers)
+        self.max_positions: int = self.limits.max_positions
         self.device = next(first.parameters()).device
 
     def translate(self, sentences: list[str], first_line: int | Sequence[int] = 0,
@@ -120,21 +116,27 @@ class Translator:
         each sentence's own index, where the sentences come from several inputs (a server's requests).
         `prefixes`: a target prefix per sentence ("": none), which its translations start with.
         """
+        return self.translate_tokens(encode_sentences(self.tokenizer, sentences), first_line, prefixes)
+
+    def translate_tokens(self, token_ids: list[list[int] | None], first_line: int | Sequence[int] = 0,
+                         prefixes: list[str] | None = None) -> list[list[Translation]]:
+        """`translate` of sentences tokenised already (`encode_sentences`: None for an empty one), as a server's
+        decoding process gets them from the process that checked the request, which had to tokenise them."""
         started = time.perf_counter()
-        lines = range(first_line, first_line + len(sentences)) if isinstance(first_line, int) else first_line
-        todo, sources = self._sources(sentences)
+        lines = range(first_line, first_line + len(token_ids)) if isinstance(first_line, int) else first_line
+        todo, sources = self._sources(token_ids)
         limits = [self.output_limit(len(ids) - 1) for ids in sources]
         forced = self._prefixes(prefixes, todo, limits, lines)
-        results: list[list[Translation]] = [[] for _ in sentences]
+        results: list[list[Translation]] = [[] for _ in token_ids]
         batches = decoding_batches([len(ids) for ids in sources], limits, self.batch_tokens)
-        workers, threads_each = decoding_workers(self.device, torch.get_num_threads(), len(batches))
+        at_once, threads_each = batches_at_once(self.device, torch.get_num_threads(), len(batches))
         self._check_memory([(len(b), max(len(sources[j]) for j in b), max(limits[j] for j in b)) for b in batches],
-                           workers)
+                           at_once)
         decoded_batches = map_in_threads(
             lambda batch: self._search_batch([sources[j] for j in batch], [limits[j] for j in batch],
                                              [lines[todo[j]] for j in batch],
                                              None if forced is None else [forced[j] for j in batch]),
-            batches, workers, threads_each)
+            batches, at_once, threads_each)
         for batch, (nbests, alignments) in zip(batches, decoded_batches, strict=True):
             # Normalised like the training targets, so no output can hold a line break or a tab, even if a
             # model emits the byte token of one.
@@ -144,15 +146,16 @@ class Translator:
                 alignments = [[None] * len(nbest) for nbest in nbests]
             for j, nbest, aligned in zip(batch, nbests, alignments, strict=True):
                 results[todo[j]] = [Translation(next(texts_out), h.score, h.tokens, h.token_log_probs, alignment,
-                                                self._flags(sources[j], h))
+                                                self._doubts(sources[j], h))
                                     for h, alignment in zip(nbest, aligned, strict=True)]
                 self.stats.output_tokens += len(nbest[0].tokens)
-        self.stats.sentences += len(sentences)
+        self.stats.sentences += len(token_ids)
         self.stats.seconds += time.perf_counter() - started
         return results
 
-    def score(self, sentences: list[str], translations: list[str], first_line: int = 0) -> list[Translation | None]:
-        """Each sentence's given translation scored by the model (mtx.decode.scoring): its normalised text, the
+    def forced_scores(self, sentences: list[str], translations: list[str], first_line: int = 0
+                      ) -> list[Translation | None]:
+        """Each sentence's given translation scored by the model (mtx.decode.forced): its normalised text, the
         length-normalised score that search would give it, its tokens and their log-probabilities (EOS last). An
         empty sentence gets None; an empty translation is scored too (EOS alone).
 
@@ -160,7 +163,7 @@ class Translator:
         of the first in the input): scoring only the part that fits would report the score of another text.
         """
         started = time.perf_counter()
-        todo, sources = self._sources(sentences)
+        todo, sources = self._sources(encode_sentences(self.tokenizer, sentences))
         targets = [normalize_text(translations[i]) for i in todo]
         given = self.tokenizer.encode_batch(targets)
         for j, ids in enumerate(given):
@@ -169,17 +172,16 @@ class Translator:
                                f"tokens long, and the model reads at most {self.max_positions - 1:,} (its positions "
                                "less EOS), so it cannot be scored whole: split or shorten that line.")
         batches = decoding_batches([len(ids) for ids in sources], [len(ids) for ids in given], self.batch_tokens)
-        workers, threads_each = decoding_workers(self.device, torch.get_num_threads(), len(batches))
-        d = self.decode
+        at_once, threads_each = batches_at_once(self.device, torch.get_num_threads(), len(batches))
+        penalty = LengthPenalty.of_config(self.decode)
 
         def score_batch(batch: list[int]) -> list[Hypothesis]:
             src = padded([sources[j] for j in batch]).to(self.device)
             decoder = self.models[0] if len(self.models) == 1 else Ensemble(self.models)
-            return score_targets(decoder, src, src == PAD, [given[j] for j in batch], lenpen=d.lenpen,
-                                 lenpen_style=d.lenpen_style)
+            return forced_scores(decoder, src, src == PAD, [given[j] for j in batch], penalty)
 
         results: list[Translation | None] = [None] * len(sentences)
-        for batch, scored in zip(batches, map_in_threads(score_batch, batches, workers, threads_each), strict=True):
+        for batch, scored in zip(batches, map_in_threads(score_batch, batches, at_once, threads_each), strict=True):
             for j, h in zip(batch, scored, strict=True):
                 results[todo[j]] = Translation(self.tokenizer.decode(h.tokens), h.score, h.tokens, h.token_log_probs)
         self.stats.sentences += len(sentences)
@@ -187,14 +189,14 @@ class Translator:
         self.stats.seconds += time.perf_counter() - started
         return results
 
-    def _check_memory(self, batches: list[tuple[int, int, int]], workers: int) -> None:
+    def _check_memory(self, batches: list[tuple[int, int, int]], at_once: int) -> None:
         """Refuse, before allocating anything, a search whose state cannot fit in memory (`--beam 100000`).
 
-        `batches` holds (sentences, longest source, longest output limit) per batch; `workers` of them are
+        `batches` holds (sentences, longest source, longest output limit) per batch; `at_once` of them are
         decoded at once.
         """
         # No batches at all when every sentence is empty (a window of blank lines): nothing to allocate.
-        needed = workers * max((self._batch_bytes(*batch) for batch in batches), default=0)
+        needed = at_once * max((self._batch_bytes(*batch) for batch in batches), default=0)
         available = available_memory(self.device)
         if needed > available:
             aligning = "" if self.alignment_layer is None else " (or for aligning them)"
@@ -203,32 +205,30 @@ class Translator:
                             else (f"Beam {d.beam}", "--beam"))
             raise MtxError(  # in whole MiB: the bytes of a huge --nbest are more than a float can hold
                 f"{asked} needs about {needed // 2**20:,} MiB for the decoder's cache and "
-                f"scores of its largest batch{'es' if workers > 1 else ''}{aligning}, but only "
+                f"scores of its largest batch{'es' if at_once > 1 else ''}{aligning}, but only "
                 f"{available // 2**20:,} MiB "
                 f"of {'GPU ' if self.device.type == 'cuda' else ''}memory is available: lower {lower} or "
                 "--batch-tokens (or --threads, which decodes batches side by side).")
 
     def _batch_bytes(self, sentences: int, source_len: int, limit: int) -> int:
-        """The memory the search of one batch allocates: every model's self-attention cache of every row (a
-        beam) and its spare for reordering, and per-sentence cross-attention cache; a few (rows, V) score
-        arrays, and two more per further model of an ensemble (its log-probabilities and their running average);
-        the tokens and log-probabilities of every row; and, aligning, every row's attention at every step,
-        twice (it is reordered into a copy), and one step's weights of every head."""
+        """The memory the search of one batch allocates: every model's decoder state (`Transformer.state_bytes`:
+        its caches); a few (rows, V) score arrays, and two more per further model of an ensemble (its
+        log-probabilities and their running average); the tokens and log-probabilities of every row; and,
+        aligning, every row's attention at every step, twice (it is reordered into a copy), and one step's
+        weights of every head."""
         d = self.decode
         rows, positions = sentences * (d.nbest if d.sampling else d.beam), limit + 1  # samples: a row each
-        cache = sum(model.tgt_embed.weight.element_size() * model.cfg.layers_dec * 2 * model.cfg.d_model
-                    * (2 * rows * positions + sentences * source_len) for model in self.models)
+        cache = sum(model.state_bytes(rows, sentences, source_len, positions) for model in self.models)
         score_arrays = 3 + 2 * (len(self.models) - 1)
         search = cache + score_arrays * 4 * rows * self.models[0].vocab_size + 12 * rows * positions
         if self.alignment_layer is not None:
             search += 4 * rows * source_len * (2 * positions + self.models[0].cfg.heads)
         return search
 
-    def _sources(self, sentences: list[str]) -> tuple[list[int], list[list[int]]]:
+    def _sources(self, token_ids: list[list[int] | None]) -> tuple[list[int], list[list[int]]]:
         """The indices of the sentences that are not empty once normalised, and their token ids plus EOS."""
-        texts = [normalize_text(s) for s in sentences]
-        todo = [i for i, text in enumerate(texts) if text]
-        return todo, [self._source(ids) for ids in self.tokenizer.encode_batch([texts[i] for i in todo])]
+        todo = [i for i, ids in enumerate(token_ids) if ids is not None]
+        return todo, [self._source(token_ids[i]) for i in todo]
 
     def _source(self, ids: list[int]) -> list[int]:
         """Token ids plus EOS, cut to the model's positions if need be (and counted)."""
@@ -238,19 +238,13 @@ class Translator:
         return [*ids, EOS]
 
     def output_limit(self, source_tokens: int) -> int:
-        """The most tokens before EOS for a source of `source_tokens` (EOS not counted). Any a and b the checks
-        allow give a limit: past the model's positions (a · n infinite in floating point, b beyond float's
-        range) the positions decide, without the arithmetic that would overflow."""
-        d, cap = self.decode, self.max_positions - 1
-        if d.max_len_b >= cap:
-            return cap
-        limit = d.max_len_a * source_tokens + d.max_len_b
-        return cap if limit >= cap else math.floor(limit)
+        """The most tokens before EOS for a source of `source_tokens` (EOS not counted): `ModelLimits`'."""
+        return self.limits.output_limit(self.decode, source_tokens)
 
-    def _flags(self, source: list[int], hypothesis: Hypothesis) -> tuple[str, ...]:
-        if self.flag_thresholds is None:
+    def _doubts(self, source: list[int], hypothesis: Hypothesis) -> tuple[str, ...]:
+        if self.doubt_thresholds is None:
             return ()
-        return tuple(flags(source[:-1], hypothesis.tokens, hypothesis.token_log_probs, self.flag_thresholds))
+        return tuple(doubts(source[:-1], hypothesis.tokens, hypothesis.token_log_probs, self.doubt_thresholds))
 
     def _prefixes(self, prefixes: list[str] | None, todo: list[int], limits: list[int],
                   lines: Sequence[int]) -> list[list[int]] | None:
@@ -278,15 +272,15 @@ class Translator:
         sampling = None if not d.sampling else Sampling(d.seed, line_indices(lines),
                                                         d.temperature, d.topk or 0, d.topp)
         prefix = None if prefixes is None or not any(prefixes) else padded(prefixes).to(self.device)
-        nbests = search(decoder, src, src_pad, torch.tensor(limits), beam=d.beam, lenpen=d.lenpen,
-                        lenpen_style=d.lenpen_style, min_len=d.min_len, nbest=d.nbest, prefix=prefix, sampling=sampling,
-                        no_repeat_ngram=d.no_repeat_ngram)
+        constraints = Constraints.of_config(d, torch.tensor(limits), prefix)
+        nbests = search(decoder, src, src_pad, constraints, LengthPenalty.of_config(d), beam=d.beam, nbest=d.nbest,
+                        sampling=sampling)
         if self.alignment_layer is None:
             return nbests, None
         return nbests, align_searched(self.tokenizer, sources, nbests)
 
 
-def decoding_workers(device: torch.device, threads: int, batches: int) -> tuple[int, int]:
+def batches_at_once(device: torch.device, threads: int, batches: int) -> tuple[int, int]:
     """How to spend `threads` CPU threads on `batches` batches: (batches decoded at once, threads each).
 
     Decoding is a long chain of small operations (a step of beam 4 over 32 sentences of the `small` model
@@ -298,22 +292,22 @@ def decoding_workers(device: torch.device, threads: int, batches: int) -> tuple[
     """
     if device.type != "cpu" or batches <= 1:
         return 1, threads
-    workers = min(threads, batches, MAX_WORKERS)
-    return workers, max(1, threads // workers)
+    at_once = min(threads, batches, MAX_BATCHES_AT_ONCE)
+    return at_once, max(1, threads // at_once)
 
 
-def map_in_threads(fn: Callable, items: Sequence, workers: int, threads_each: int) -> list:
-    """[fn(item) for item in items], `workers` at a time, each worker's PyTorch operations on `threads_each`
+def map_in_threads(fn: Callable, items: Sequence, at_once: int, threads_each: int) -> list:
+    """[fn(item) for item in items], `at_once` at a time, each thread's PyTorch operations on `threads_each`
     threads; PyTorch's thread count in the calling thread is as it was afterwards."""
-    if workers <= 1:
+    if at_once <= 1:
         return [fn(item) for item in items]
     threads = torch.get_num_threads()
     try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="mtx-decode", initializer=torch.set_num_threads,
+        with ThreadPoolExecutor(at_once, thread_name_prefix="mtx-decode", initializer=torch.set_num_threads,
                                 initargs=(threads_each,)) as pool:
             return list(pool.map(fn, items))
     finally:
-        torch.set_num_threads(threads)  # also resets the MKL count the workers' setting changed
+        torch.set_num_threads(threads)  # also resets the MKL count the threads' setting changed
 
 
 def translate_sentences(model: Transformer, tokenizer: Tokenizer, sentences: list[str], decode: DecodeConfig,
@@ -367,3 +361,11 @@ def prepare_model(model: Transformer, device: torch.device, dtype: Dtype) -> Tra
     torch_dtype = choose_dtype(dtype, device, "--dtype")
     model = model.to(device)
     return model if torch_dtype == torch.float32 else half_precision_model(model, torch_dtype)
+
+
+def encode_sentences(tokenizer: Tokenizer, sentences: Sequence[str]) -> list[list[int] | None]:
+    """Each sentence normalised as the training data was (`normalize_text`) and tokenised: its token ids, EOS not
+    included, or None where nothing is left (an empty line), which gets no translation."""
+    texts = [normalize_text(sentence) for sentence in sentences]
+    encoded = iter(tokenizer.encode_batch([text for text in texts if text]))
+    return [next(encoded) if text else None for text in texts]

@@ -464,6 +464,14 @@ class Transformer(nn.Module):
         self_kv = memory.new_empty(len(self.decoder_layers), 2, batch, heads, max_len, d // heads)
         return DecoderState(self_kv, cross, key_padding_mask(src_pad), step=0, attention_layer=attention_layer)
 
+    def state_bytes(self, rows: int, sentences: int, source_len: int, max_len: int) -> int:
+        """The bytes `init_state` and the search's reorders take for `sentences` sentences of up to `source_len`
+        tokens decoded as `rows` rows (their beams or samples) for up to `max_len` positions: every row's
+        self-attention cache and the spare that `DecoderState.reorder` swaps with it, and every sentence's
+        cross-attention cache (never copied for its rows). What a search checks before it allocates."""
+        per_position = self.tgt_embed.weight.element_size() * len(self.decoder_layers) * 2 * self.cfg.d_model
+        return per_position * (2 * rows * max_len + sentences * source_len)
+
     def decode_step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed one token per sentence, (B,), at position `state.step` → (B, V) float32 log-probabilities."""
         if state.step >= state.max_len:

@@ -20,7 +20,7 @@ translated, which tests/integration/test_serve_fuzz.py checks with a fuzzer.
 
 Every answer that is not a translation is {"error": message} (and "field" where one is at fault), Starlette's own
 404 and 405 included: no traceback reaches a client. `RequestLog` writes one JSON line per request on standard
-error, with its latency (and a fault's traceback, a decoding worker's with it), and counts it for /metrics.
+error, with its latency (and a fault's traceback, a decoding process's with it), and counts it for /metrics.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ ERRORS = {status: {"model": ErrorResponse, "description": description, **extra} 
     (408, "The body did not arrive within --timeout: shorter than its Content-Length, or sent too slowly.", {}),
     (413, "Too many sentences, a sentence too long in characters or in tokens, a body too large for either.", {}),
     (500, "A fault of the server; its log has the traceback.", {}),
-    (503, "The queue is full, the server is loading or shutting down, a decoding worker stopped, or memory ran out.",
+    (503, "The queue is full, the server is loading or shutting down, a decoding process stopped, or memory ran out.",
      {"headers": RETRY_AFTER}),
     (504, "Not translated within the server's --timeout.", {}))}
 
@@ -252,7 +252,7 @@ async def _refused(request: Request, error: StarletteHTTPException) -> JSONRespo
 
 
 async def _failed(request: Request, error: Exception) -> JSONResponse:
-    """A fault of mtx, or of the machine: logged whole (a decoding worker's traceback with it), summarised to the
+    """A fault of mtx, or of the machine: logged whole (a decoding process's traceback with it), summarised to the
     client."""
     if is_out_of_memory(error):
         answer = RequestError(503, "out of memory: send fewer sentences, or ask for a smaller beam.", retry_after=1)

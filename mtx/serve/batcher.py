@@ -1,21 +1,21 @@
-"""Dynamic batching: the sentences of concurrent requests decoded together, by a few decoding threads.
+"""Dynamic batching: the sentences of concurrent requests decoded together, by a few decoding processes.
 
 The batch decoder is what makes `mtx translate` fast, and a server that decoded each request alone would waste
 it: single-sentence requests would each cost a whole search. So requests wait in one bounded queue, and a
-decoding worker takes the oldest one together with every queued request that decodes with the same options,
-up to `batch_tokens` (counted as the translator counts them). When the batch is not yet full and other requests
+feeding thread takes the oldest one together with every queued request that decodes with the same options, up
+to `batch_tokens` (counted as the translator counts them). When the batch is not yet full and other requests
 are in the server (queued, or being decoded), it gathers for at most `max_wait` seconds after the oldest arrived:
-their clients are likely to send more. A request alone in the server is decoded at once, as no company is in
-sight, so a lone client's latency is the translator's. The translator then sorts the sentences by length and
-decodes them as one call; each request gets its own results back, in its order.
+their clients are likely to send more. A request alone in the server is decoded at once, as no other is in
+sight to share its batch, so a lone client's latency is the translator's. The translator then sorts the
+sentences by length and decodes them as one call; each request gets its own results back, in its order.
 
-A worker is a thread of the server's process that hands its batches to a decoder, a process of its own
-(mtx.serve.worker). One worker gathers at a time while the others wait for their decoders, so under load a
-batch forms while the previous one is decoded.
+A feeding thread of the server's process hands its batches to one decoding process (mtx.serve.decoding_process),
+through that process's `decode`. One feeding thread gathers at a time while the others wait for their decoding
+processes, so under load a batch forms while the previous one is decoded.
 
 The queue is bounded in sentences: past `max_queue`, `submit` refuses at once (QueueFull, with the seconds after
 which the queue should have room), so overload never builds an unbounded backlog. `close` stops taking requests
-and lets the workers finish what is queued: the server's drain.
+and lets the feeding threads finish what is queued: the server's drain.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from mtx.decode.translator import Translation
+from mtx.serve.decoding_process import BatchOptions, Source
 from mtx.serve.metrics import Metrics
 
-# A batch's sentences, each one's index for sampling's draws, and the options they decode with: n-best lists.
-Decoder = Callable[[list[str], list[int], object], list[list[Translation]]]
+# A decoding process's `decode`: a batch's sentences, each one's index for sampling's draws, and the options they
+# decode with, to their n-best lists.
+DecodeBatch = Callable[[list[Source], list[int], BatchOptions], list[list[Translation]]]
 
 
 class QueueFull(Exception):
@@ -49,40 +51,40 @@ class Draining(Exception):
 
 @dataclass(eq=False)
 class Job:
-    """One request's sentences, waiting for a worker.
+    """One request's sentences (token ids), waiting for a feeding thread.
 
-    `options` is how they decode, handed to the decoder (requests with equal options share batches), `lines`
-    each sentence's index for sampling's draws, and `cost` their tokens as the translator's batches count them.
-    The worker answers through `future`.
+    `options` is how they decode, handed to the decoding process (requests with equal options share batches),
+    `lines` each sentence's index for sampling's draws, and `cost` their tokens as the translator's batches count
+    them. The feeding thread answers through `future`.
     """
 
-    sentences: list[str]
+    sentences: list[Source]
     lines: list[int]
-    options: object
+    options: BatchOptions
     cost: int
     future: Future[list[list[Translation]]] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
 
 
 class Batcher:
-    """The queue and its decoding workers (see the module's docstring)."""
+    """The queue and its feeding threads, one per decoding process (see the module's docstring)."""
 
-    def __init__(self, decoders: Sequence[Decoder], *, batch_tokens: int, max_wait: float, max_queue: int,
+    def __init__(self, decoders: Sequence[DecodeBatch], *, batch_tokens: int, max_wait: float, max_queue: int,
                  metrics: Metrics) -> None:
         self.decoders = list(decoders)
         self.batch_tokens, self.max_wait, self.max_queue = batch_tokens, max_wait, max_queue
         self.metrics = metrics
         self._queue: deque[Job] = deque()
         self._queued_sentences = 0
-        self._decoding = 0  # requests being decoded by the workers
+        self._decoding = 0  # requests being decoded
         self._changed = threading.Condition()
-        self._gathering = threading.Lock()  # held by the one worker that forms the next batch
+        self._gathering = threading.Lock()  # held by the one feeding thread that forms the next batch
         self._closing = False
         self._threads: list[threading.Thread] = []
-        self._sentences_per_second = 0.0  # a moving average of the workers' combined rate, for Retry-After
+        self._sentences_per_second = 0.0  # a moving average of the decoders' combined rate, for Retry-After
 
     def start(self) -> None:
-        """Start one worker per decoder."""
+        """Start one feeding thread per decoding process."""
         for number, decoder in enumerate(self.decoders):
             thread = threading.Thread(target=self._work, args=(decoder,), name=f"mtx-serve-{number}", daemon=True)
             thread.start()
@@ -107,7 +109,7 @@ class Batcher:
             return len(self._queue), self._queued_sentences, self._decoding
 
     def close(self) -> None:
-        """Take no more requests, decode those queued, and return when the workers have stopped."""
+        """Take no more requests, decode those queued, and return when the feeding threads have stopped."""
         with self._changed:
             self._closing = True
             self._changed.notify_all()
@@ -118,7 +120,7 @@ class Batcher:
         rate = self._sentences_per_second
         return max(1, math.ceil(self._queued_sentences / rate)) if rate > 0 else 1
 
-    def _work(self, decoder: Decoder) -> None:
+    def _work(self, decoder: DecodeBatch) -> None:
         while (jobs := self._next_batch()) is not None:
             self._decode(decoder, jobs)
 
@@ -132,8 +134,8 @@ class Batcher:
                     self._changed.wait()
                 first = self._queue[0]
                 deadline = time.monotonic() + self.max_wait
-                company = len(self._queue) > 1 or self._decoding > 0
-                while company and not self._closing and self._cost_like(first) < self.batch_tokens:
+                others_in_server = len(self._queue) > 1 or self._decoding > 0
+                while others_in_server and not self._closing and self._cost_like(first) < self.batch_tokens:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
@@ -162,7 +164,7 @@ class Batcher:
         self._decoding += len(running)
         return running
 
-    def _decode(self, decoder: Decoder, jobs: list[Job]) -> None:
+    def _decode(self, decoder: DecodeBatch, jobs: list[Job]) -> None:
         started = time.monotonic()
         sentences = [sentence for job in jobs for sentence in job.sentences]
         try:

@@ -3,14 +3,13 @@
 The web stack (FastAPI, uvicorn) is the optional extra `mtx[serve]`, never one of mtx's own dependencies: it is
 imported inside the command, and a missing package is a user error naming the extra. The socket is bound here,
 before the server starts, so that a taken port is a clear error and `--port 0` (any free port) can say which
-it got. SIGTERM and Ctrl-C drain: uvicorn stops accepting connections and answers those in flight, the workers
-decode what is queued, and the command returns, exit status 0.
+it got. SIGTERM and Ctrl-C drain: uvicorn stops accepting connections and answers those in flight, the decoding
+processes decode what is queued, and the command returns, exit status 0.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 import signal
 import socket
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mtx.errors import MtxError
+from mtx.errors import MtxError, require_extra
 
 if TYPE_CHECKING:
     from mtx.serve.service import TranslationService
@@ -53,7 +52,7 @@ def serve(
     dtype: Annotated[str, typer.Option(
         metavar="auto|fp32|bf16|fp16|int8", help="As mtx translate's --dtype.")] = "auto",
     threads: Annotated[int | None, typer.Option(
-        help="CPU threads [default: one per core]. On a CPU, this many decoding workers take batches side by side, "
+        help="CPU threads [default: one per core]. On a CPU, this many decoding processes take batches side by side, "
         "one thread each, as mtx translate --threads decodes.")] = None,
 ) -> None:
     """Serve translations over HTTP (needs mtx[serve]): POST /translate, GET /health, /metrics, /docs.
@@ -66,7 +65,7 @@ def serve(
     Example: mtx serve -m runs/demo/average.pt --port 8080, then
     curl -s localhost:8080/translate -d '{"text": ["The old friends tidy up his kitchen."], "beam": 4}'
     """
-    require_extra()
+    require_extra("serve", EXTRA_MODULES, "mtx serve")
     import torch
 
     from mtx.checkpoint import require_checkpoint_file
@@ -95,18 +94,6 @@ def serve(
     run_server(service, bind(host, port), max_body=max_sentences * (max_chars * JSON_ESCAPE_BYTES + 16) + 2**16)
     if service.failure is not None:
         raise MtxError(f"The model could not be loaded: {service.failure}")
-
-
-def require_extra() -> None:
-    """Refuse, naming the extra to install, when the web stack is not importable."""
-    missing = []
-    for module in EXTRA_MODULES:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            missing.append(module)
-    if missing:
-        raise MtxError(f"mtx serve needs {', '.join(missing)}, not installed here: pip install 'mtx[serve]'")
 
 
 def bind(host: str, port: int) -> socket.socket:

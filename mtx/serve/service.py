@@ -1,4 +1,4 @@
-"""The model behind `mtx serve`: loaded and warmed up once, then each request checked, queued and answered.
+"""The model behind `mtx serve`: its decoding processes started once, then each request checked, queued, answered.
 
 It knows nothing of HTTP beyond the status codes its errors carry (mtx.serve.app wires it to FastAPI), so its
 rules hold whatever serves it:
@@ -6,12 +6,18 @@ rules hold whatever serves it:
 - a request's options are `mtx translate`'s, by the same names, on top of the checkpoint's recipe (`decode:`),
   and are checked as the command checks its flags, each error naming the field (400);
 - a request holds at most `max_sentences` sentences of at most `max_chars` characters, none longer in tokens
-  than the model's positions, and asks for a beam and an n-best list of at most `max_beam` (413, 400);
+  than the model's positions (each is tokenised once, here, and handed to the decoding process as token ids),
+  and asks for a beam and an n-best list of at most `max_beam` (413, 400);
 - its own options (`RequestOptions`: alignment, alignment_layer, line_offset) are in their ranges, and
   alignment_layer, given only with alignment, is one of the model's decoder layers (400);
 - the queue has room or the request is refused at once (503 with the seconds after which to retry); a request
   not answered within `timeout` seconds gets 504, and its sentences are dropped if not yet decoded;
 - each sentence's answer holds the fields of `mtx translate --format jsonl`.
+
+Requests are checked against what the checkpoints say of themselves (`ModelLimits`: vocabulary, positions,
+decoder layers; the recipe's decoding options; the tokenizer), read without their weights: only the decoding
+processes (mtx.serve.decoding_process) hold a model, so the server's own process costs what the web stack and
+a tokenizer cost, whatever the model's size.
 
 The rules that one field's range cannot say (one field against another, or against the model) are also written
 as JSON Schema (`request_rules`), for the OpenAPI document: a request that document admits is one `job` takes,
@@ -30,12 +36,13 @@ from typing import Any, Literal
 
 from mtx.config.decode import SAMPLING_ONLY, DecodeConfig
 from mtx.config.fields import Bounds, bounds_problems, setting
-from mtx.decode.translator import Dtype, Translator
+from mtx.decode.limits import ModelLimits
+from mtx.decode.translator import Dtype, encode_sentences
 from mtx.errors import MtxError, first_line
 from mtx.serve.batcher import Batcher, Draining, Job, QueueFull
+from mtx.serve.decoding_process import BatchOptions, DecodingProcess, DecodingProcessDied, Source
 from mtx.serve.events import log_event
 from mtx.serve.metrics import Metrics
-from mtx.serve.worker import WorkerDied, WorkerProcess
 
 # A request's options that are the recipe's decoding fields (the others: RequestOptions).
 DECODE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecodeConfig))
@@ -87,13 +94,14 @@ class TranslationService:
         self.status: Status = "loading"
         self.failure: str | None = None
         self.batcher: Batcher | None = None
-        self.workers: list[WorkerProcess] = []
-        self.checkpoint: dict[str, Any] | None = None  # the first model's, once loaded: its recipe's options
-        self.decoder_layers: int | None = None  # set last by `_load`: once it is, so is all a request is checked by
+        self.decoding_processes: list[DecodingProcess] = []
+        self.checkpoint: dict[str, Any] | None = None  # the first model's metadata, once read: its recipe's options
+        self.model: ModelLimits | None = None  # set last by `_load`: once it is, so is all a request is checked by
 
     def load(self) -> None:
-        """Load the models, start the decoding workers and warm each up; then the service is ready. An error (a
-        corrupt checkpoint, a device that is not there) leaves it failed, with the message in `failure`."""
+        """Start the decoding processes, which load the models and warm up, and read the checkpoints' metadata
+        meanwhile; then the service is ready. An error (a corrupt checkpoint, a device that is not there) leaves
+        it failed, with the message in `failure`."""
         try:
             self._load()
         except Exception as e:  # a user error as it is; anything else (out of memory) by its first line
@@ -103,45 +111,44 @@ class TranslationService:
 
     def _load(self) -> None:
         from mtx.checkpoint import describe_checkpoint
-        from mtx.decode.ensemble import load_models
-        from mtx.decode.translator import decoding_workers
+        from mtx.decode.ensemble import read_metadata
+        from mtx.decode.translator import batches_at_once
         from mtx.devices import choose_device
 
         started = time.monotonic()
         target = choose_device(self.device_name, "--device")
-        workers, threads_each = decoding_workers(target, self.threads, self.threads)
-        self.workers = [WorkerProcess(number, self.checkpoints, device=self.device_name, dtype=self.dtype,
-                                      threads=threads_each, batch_tokens=self.batch_tokens)
-                        for number in range(workers)]
-        # Meanwhile, this process reads the checkpoints for what it checks requests against.
-        self.models, self.tokenizer, loaded = load_models(self.checkpoints)
+        processes, threads_each = batches_at_once(target, self.threads, self.threads)
+        self.decoding_processes = [DecodingProcess(number, self.checkpoints, device=self.device_name,
+                                                   dtype=self.dtype, threads=threads_each,
+                                                   batch_tokens=self.batch_tokens) for number in range(processes)]
+        # Meanwhile, this process reads what the checkpoints say of themselves, which requests are checked against.
+        self.tokenizer, loaded = read_metadata(self.checkpoints)
         self.checkpoint = loaded[0]
-        self.decoder_layers = len(self.models[0].decoder_layers)
-        for worker in self.workers:
-            worker.wait_ready()
-        self.batcher = Batcher([worker.decode for worker in self.workers], batch_tokens=self.batch_tokens,
-                               max_wait=self.max_wait, max_queue=self.max_queue, metrics=self.metrics)
+        self.model = ModelLimits.of_checkpoints(loaded)
+        for process in self.decoding_processes:
+            process.wait_ready()
+        self.batcher = Batcher([process.decode for process in self.decoding_processes],
+                               batch_tokens=self.batch_tokens, max_wait=self.max_wait, max_queue=self.max_queue,
+                               metrics=self.metrics)
         self.batcher.start()
         if self.status == "loading":  # not already draining
             self.status = "ready"
         log_event(event="ready", models=[f"{path}: {describe_checkpoint(checkpoint)}" for path, checkpoint in
                                          zip(self.checkpoints, loaded, strict=True)],
-                  device=str(target), workers=workers, threads_each=threads_each,
-                  pids=[worker.process.pid for worker in self.workers],
+                  device=str(target), decoding_processes=processes, threads_each=threads_each,
+                  pids=[process.process.pid for process in self.decoding_processes],
                   seconds=round(time.monotonic() - started, 3))
 
     def drain(self) -> None:
-        """Take no more requests, answer those queued, stop the workers."""
+        """Take no more requests, answer those queued, stop the decoding processes."""
         self.status = "draining"
         if self.batcher is not None:
             self.batcher.close()
-        for worker in self.workers:
-            worker.stop()
+        for process in self.decoding_processes:
+            process.stop()
 
     def job(self, text: list[str], options: dict[str, Any]) -> Job:
         """A request as a queued job, once every rule of the module's docstring holds (else RequestError)."""
-        from mtx.tokenizer import normalize_text
-
         if self.status != "ready":
             raise RequestError(503, f"the server is {self.status}" + (": retry shortly" if self.status == "loading"
                                                                       else ""), retry_after=1)
@@ -155,12 +162,10 @@ class TranslationService:
                                    f"{limits.max_chars:,} per sentence (--max-chars): split it.", f"text[{index}]")
         decode_options = {k: v for k, v in options.items() if k in DECODE_OPTIONS}
         decode = DecodeConfig.of_checkpoint(self.checkpoint, **decode_options)
-        problem = decode.first_problem(lambda name: name, " = ", vocabulary=self.models[0].vocab_size)
+        problem = decode.first_problem(lambda name: name, " = ", vocabulary=self.model.vocab_size,
+                                       given=decode_options)
         if problem is not None:
             raise RequestError(400, problem[1], problem[0])
-        if decode.sampling and decode_options.get("beam", 1) != 1:
-            raise RequestError(400, f"sampling draws each token, beam = {decode.beam} searches: give one or the "
-                               "other (with sampling, nbest = N draws N samples).", "beam")
         for name in ("beam", "nbest"):
             if getattr(decode, name) > limits.max_beam:
                 raise RequestError(400, f"{name} = {getattr(decode, name)} is more than this server allows, "
@@ -168,36 +173,34 @@ class TranslationService:
         request = RequestOptions(**{k: v for k, v in options.items() if k not in DECODE_OPTIONS})
         for name, what in bounds_problems(request):
             raise RequestError(400, f"{name} = {getattr(request, name)!r} {what}.", name)
-        alignment_layer = self._alignment_layer(request)
-        # Every option is checked by now: the translator is made to count a batch's tokens as its batches do.
-        translator = Translator(self.models, self.tokenizer, decode, self.batch_tokens, alignment_layer=alignment_layer)
-        normalized = [normalize_text(sentence) for sentence in text]
-        cost = 0
-        for index, ids in enumerate(self.tokenizer.encode_batch(normalized)):
-            if len(ids) + 1 > translator.max_positions:
+        options_of_batch = BatchOptions(decode, self._alignment_layer(request))
+        sources, cost = self._sources(text, decode)
+        return Job(sources, [request.line_offset + i for i in range(len(text))], options_of_batch, cost)
+
+    def _sources(self, text: list[str], decode: DecodeConfig) -> tuple[list[Source], int]:
+        """Each sentence's token ids (None: empty once normalised), as the translator reads its input, and their
+        cost, counted as the translator's batches count it; a sentence longer than the model's positions is
+        refused (413), where `mtx translate` would truncate it."""
+        model, cost = self.model, 0
+        sources = encode_sentences(self.tokenizer, text)
+        for index, ids in enumerate(sources):
+            if ids is None:
+                continue
+            if len(ids) + 1 > model.max_positions:
                 raise RequestError(413, f"text[{index}] is {len(ids):,} tokens long; the model reads at most "
-                                   f"{translator.max_positions - 1:,} (its positions less EOS): split it.",
-                                   f"text[{index}]")
-            if normalized[index]:
-                cost += max(len(ids), translator.output_limit(len(ids))) + 1  # as the translator's batches count
-        return Job(list(text), [request.line_offset + i for i in range(len(text))], (decode, alignment_layer),
-                   cost)
+                                   f"{model.max_positions - 1:,} (its positions less EOS): split it.", f"text[{index}]")
+            cost += max(len(ids), model.output_limit(decode, len(ids))) + 1
+        return sources, cost
 
     def _alignment_layer(self, request: RequestOptions) -> int | None:
         """The decoder layer that aligns, when the request asks for alignments (mtx translate's default layer)."""
-        from mtx.decode.alignment import default_alignment_layer
+        from mtx.decode.alignment import aligning_layer
 
-        layer = request.alignment_layer
-        if not request.alignment:
-            if layer is not None:
-                raise RequestError(400, "alignment_layer only applies with alignment = true.", "alignment_layer")
-            return None
-        if layer is None:
-            return default_alignment_layer(self.decoder_layers)
-        if layer >= self.decoder_layers:
-            raise RequestError(400, f"alignment_layer = {layer} is not a layer of this model, whose decoder layers "
-                               f"are numbered 0 to {self.decoder_layers - 1}.", "alignment_layer")
-        return layer
+        try:
+            return aligning_layer(request.alignment, request.alignment_layer, self.model.decoder_layers,
+                                  lambda name: name, " = ")
+        except MtxError as e:  # every problem `aligning_layer` finds is the field alignment_layer's
+            raise RequestError(400, str(e), "alignment_layer") from None
 
     def request_rules(self) -> dict[str, Any]:
         """`job`'s rules that no one field's range says, as JSON Schema keywords of the request's object (for its
@@ -208,7 +211,7 @@ class TranslationService:
         - alignment_layer only with alignment, and one of the model's decoder layers;
         - beam at most the model's vocabulary.
         """
-        if self.decoder_layers is None:
+        if self.model is None:
             return {}
         recipe, widest = DecodeConfig.of_checkpoint(self.checkpoint), self.limits.max_beam
         if any(unset is None and getattr(recipe, name) is not None for name, unset in SAMPLING_ONLY.items()):
@@ -225,8 +228,8 @@ class TranslationService:
                            ("nbest", {"type": "integer", "maximum": widest}, recipe.nbest <= widest))
         aligning = [_object(("alignment", {"const": True}, False)), _object(("alignment_layer", NULL, True))]
         return {"allOf": [{"anyOf": [*searches, sampling]}, {"anyOf": aligning},
-                          {"properties": {"alignment_layer": {"maximum": self.decoder_layers - 1},
-                                          "beam": {"maximum": self.models[0].vocab_size}}}]}
+                          {"properties": {"alignment_layer": {"maximum": self.model.decoder_layers - 1},
+                                          "beam": {"maximum": self.model.vocab_size}}}]}
 
     async def translate(self, text: list[str], options: dict[str, Any], arrived: float) -> list[dict[str, object]]:
         """The translations of a request's sentences, each as `mtx translate --format jsonl` writes a line;
@@ -249,16 +252,15 @@ class TranslationService:
         except asyncio.TimeoutError:
             raise RequestError(504, f"not translated within {self.limits.timeout:g} s (--timeout): the server is "
                                "busy, or the request asks for much; retry later or send fewer sentences.") from None
-        except WorkerDied as e:
+        except DecodingProcessDied as e:
             if not e.restarted:
                 self.failure, self.status = str(e), "failed"
                 log_event(event="failed", error=self.failure)
             raise RequestError(503, str(e), retry_after=1) from None
         except MtxError as e:
             raise RequestError(400, str(e)) from None
-        decode, alignment_layer = job.options
-        return [json_object(nbest, self.tokenizer, decode.nbest > 1, alignment_layer is not None, with_flags=True)
-                for nbest in nbests]
+        nbest, aligned = job.options.decode.nbest > 1, job.options.alignment_layer is not None
+        return [json_object(each, self.tokenizer, nbest, aligned, with_doubts=True) for each in nbests]
 
 
 def _object(*rules: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:

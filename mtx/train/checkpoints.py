@@ -77,7 +77,7 @@ class CheckpointKeeper:
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, say: Callable[[str], None],
                  ema: WeightAverage | None = None, data_stats: dict[str, Any] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """`data_stats`: what the training data says of its pairs (mtx.decode.flags), stored in every checkpoint;
+        """`data_stats`: what the training data says of its pairs (mtx.decode.doubts), stored in every checkpoint;
         `clock`: the seconds that train.save_every_minutes counts."""
         self.recipe, self.ctx, self.say, self.clock = recipe, ctx, say, clock
         self.model, self.tokenizer, self.optimizer, self.scaler = model, tokenizer, optimizer, scaler

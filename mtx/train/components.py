@@ -27,7 +27,7 @@ from mtx.config.recipe import ModelConfig, Recipe
 from mtx.data.batching import Batch, BatchPlan, update_shape
 from mtx.data.bpe_dropout import GROWTH_SAMPLE, BpeDropout, SegmentingWorkers, growth
 from mtx.data.prepared import TokenSplit, load_manifest, load_split
-from mtx.decode.flags import training_statistics
+from mtx.decode.doubts import training_statistics
 from mtx.devices import allow_tf32, available_memory, choose_dtype
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer, count_parameters_for

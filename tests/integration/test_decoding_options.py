@@ -139,15 +139,15 @@ def test_an_ensemble_scores_as_it_decodes(copying: dict) -> None:
     model, tokenizer = copying["model"], copying["tokenizer"]
     twice = Translator([model, model], tokenizer, DecodeConfig(beam=4, lenpen=0.6))
     found = twice.translate(copying["held_out"])
-    scored = twice.score(copying["held_out"], [nbest[0].text for nbest in found])
+    scored = twice.forced_scores(copying["held_out"], [nbest[0].text for nbest in found])
     for nbest, given in zip(found, scored, strict=True):
         assert given.score == pytest.approx(nbest[0].score, abs=1e-4)
 
 
 def test_a_worse_translation_scores_lower(copying: dict) -> None:
     translator = Translator(copying["model"], copying["tokenizer"], DecodeConfig(beam=4, lenpen=0.6))
-    good = translator.score(copying["held_out"], copying["held_out"])
-    bad = translator.score(copying["held_out"], [" ".join(reversed(s.split())) for s in copying["held_out"]])
+    good = translator.forced_scores(copying["held_out"], copying["held_out"])
+    bad = translator.forced_scores(copying["held_out"], [" ".join(reversed(s.split())) for s in copying["held_out"]])
     assert all(b.score < g.score for g, b in zip(good, bad, strict=True) if g.text != b.text)
     assert all(math.isfinite(g.score) and g.score <= 0 for g in good)
 
@@ -168,6 +168,23 @@ def test_contradicting_or_bad_sampling_options_are_refused(copying: dict, flags:
                                                            message: str) -> None:
     result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), *flags])
     assert result.exit_code == 1 and message in str(result.exception), result.exception
+
+
+def test_a_recipe_that_samples_keeps_its_beam_unused_but_a_chosen_beam_is_refused(copying: dict,
+                                                                                  tmp_path: Path) -> None:
+    """Sampling excludes a beam the user chooses (the rule the server applies to a request's fields too); the
+    beam a sampling recipe holds all the same, its default 4, is not chosen, so the recipe translates."""
+    from mtx.checkpoint import make_checkpoint, save_checkpoint
+
+    checkpoint = tmp_path / "sampling.pt"
+    recipe = {"decode": {"sampling": True, "beam": 4}}
+    save_checkpoint(make_checkpoint(copying["model"], copying["tokenizer"].to_str(), recipe, 250), checkpoint)
+    args = ["-m", str(checkpoint), "-i", str(copying["source"])]
+    result, lines = translate_cli(args)
+    assert result.exit_code == 0 and len(lines) == len(copying["held_out"])
+    assert translate_cli([*args, "--beam", "1"])[0].exit_code == 0
+    result, _ = translate_cli([*args, "--beam", "4"])
+    assert result.exit_code == 1 and "--sampling draws each token, --beam 4 searches" in str(result.exception)
 
 
 def test_companion_files_must_match_the_input_line_for_line(copying: dict, tmp_path: Path) -> None:
@@ -285,22 +302,22 @@ def test_no_repeat_ngram_keeps_every_ngram_of_a_translation_unique(copying: dict
 
 
 def test_flag_rules() -> None:
-    from mtx.decode.flags import FlagThresholds, copied_share, flags, longest_loop, training_statistics
+    from mtx.decode.doubts import DoubtThresholds, copied_share, doubts, longest_loop, training_statistics
 
     assert longest_loop([1, 2, 3]) == 1 and longest_loop([4, 4, 4, 1]) == 3 and longest_loop([1, 2, 1, 2, 1, 2]) == 3
     assert copied_share([1, 2, 3], [3, 4]) == 0.5 and copied_share([1], []) == 0.0
-    thresholds = FlagThresholds(length_ratio=(0.5, 2.0), copied=0.9)
+    thresholds = DoubtThresholds(length_ratio=(0.5, 2.0), copied=0.9)
     calm = [-0.1] * 5
-    assert flags([1, 2, 3, 4], [5, 6, 7, 8], calm[:5], thresholds) == []
-    assert flags([1, 2, 3, 4], [5, 5, 5, 8], calm, thresholds) == ["loop"]
-    assert flags([1, 2, 3, 4, 5, 6, 7, 8, 9], [10], calm[:2], thresholds) == ["length_ratio"]
-    assert flags([1, 2, 3, 4], [1, 2, 3, 4], calm, thresholds) == ["copied"]
-    assert flags([1, 2, 3, 4], [5, 6, 7, 8], [-2.0] * 5, thresholds) == ["low_log_prob"]
+    assert doubts([1, 2, 3, 4], [5, 6, 7, 8], calm[:5], thresholds) == []
+    assert doubts([1, 2, 3, 4], [5, 5, 5, 8], calm, thresholds) == ["loop"]
+    assert doubts([1, 2, 3, 4, 5, 6, 7, 8, 9], [10], calm[:2], thresholds) == ["length_ratio"]
+    assert doubts([1, 2, 3, 4], [1, 2, 3, 4], calm, thresholds) == ["copied"]
+    assert doubts([1, 2, 3, 4], [5, 6, 7, 8], [-2.0] * 5, thresholds) == ["low_log_prob"]
     lens = np.arange(1, 101)
     stats = training_statistics(lens, 2 * lens + 1, lambda i: ([1, 2], [3, 4]))
     assert stats["length_ratio"] == [2.0, 2.0] and stats["copied"] == 0.0
-    assert FlagThresholds.of_checkpoint({"data_stats": stats}).length_ratio == (2.0, 2.0)
-    assert FlagThresholds.of_checkpoint({}) == FlagThresholds()
+    assert DoubtThresholds.of_checkpoint({"data_stats": stats}).length_ratio == (2.0, 2.0)
+    assert DoubtThresholds.of_checkpoint({}) == DoubtThresholds()
 
 
 def test_jsonl_flags_a_copy_as_copied(copying: dict) -> None:

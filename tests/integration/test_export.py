@@ -25,7 +25,7 @@ from support import copy_task
 import mtx.export.hf
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import ModelConfig, resolve_model
-from mtx.decode.search import search
+from mtx.decode.search import Constraints, LengthPenalty, search
 from mtx.errors import MtxError
 from mtx.export.command import export_checkpoint
 from mtx.export.ctranslate2 import INT8_WEIGHT_LEVELS
@@ -61,7 +61,7 @@ def mtx_greedy(model: Transformer, tokenizer: Tokenizer, texts: list[str]) -> li
     for text in texts:
         src = torch.tensor([[*tokenizer.encode(normalize_text(text)), EOS]])
         limit = torch.tensor([src.shape[1] + 4])
-        outputs.append(search(model, src, src == PAD, limit, beam=1, lenpen=0.6)[0][0].tokens)
+        outputs.append(search(model, src, src == PAD, Constraints(limit), LengthPenalty(0.6), beam=1)[0][0].tokens)
     return outputs
 
 

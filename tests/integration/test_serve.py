@@ -6,7 +6,7 @@ must refuse at once with 503 and Retry-After and leave the server healthy; a req
 SIGTERM must answer what was in flight and exit 0; bad bodies get 400 or 413 naming the field, never a
 traceback. The OpenAPI document states each bound and limit that the server keeps (test_serve_fuzz holds the
 server to the whole document); Starlette's own refusals are JSON too; a body short of its Content-Length gets 408
-within --timeout; and every line of the log is JSON, uvicorn's and a failed decoding worker's traceback included.
+within --timeout; and every line of the log is JSON, uvicorn's and a failed decoding process's traceback included.
 The batcher and the metrics are also tested alone, without HTTP. The tests that need the extra mtx[serve] skip
 without it; the one that checks its absence is named does not.
 """
@@ -130,7 +130,7 @@ def test_concurrent_requests_each_get_their_own_results_from_shared_batches(star
 
 
 def occupy(server: Server, text: list[str], pool: ThreadPoolExecutor) -> Future:
-    """Keep the server's one worker busy for a second or more (800 sentences, beam 16; the server must take
+    """Keep the server's one decoding process busy for a second or more (800 sentences, beam 16; the server must take
     them, --max-sentences 800): sent, and being decoded."""
     busy = pool.submit(server.translate, {"text": text * 20, "beam": 16, "nbest": 16})
     wait_for_metric(server, "mtx_decoding_requests 1")
@@ -218,8 +218,8 @@ def limited(copy_model: dict, tmp_path_factory) -> Iterator[Server]:
 
 
 @serving
-def test_a_decoding_worker_that_dies_is_replaced_and_only_its_batch_is_lost(start, copy_model: dict,
-                                                                           expected: dict) -> None:
+def test_a_decoding_process_that_dies_is_replaced_and_only_its_batch_is_lost(start, copy_model: dict,
+                                                                            expected: dict) -> None:
     server = start("--threads", "1")
     (pid,) = next(event["pids"] for event in server.events() if event["event"] == "ready")
     os.kill(pid, signal.SIGKILL)  # as the kernel's out-of-memory killer would
@@ -230,12 +230,12 @@ def test_a_decoding_worker_that_dies_is_replaced_and_only_its_batch_is_lost(star
     assert status == 200 and [t["text"] for t in answer["translations"]] == [t["text"] for t in
                                                                              expected["default"][:2]]
     events = [event["event"] for event in server.events()]
-    assert events.index("worker_died") < events.index("worker_restarted")
+    assert events.index("decoding_process_died") < events.index("decoding_process_restarted")
 
 
 @serving
-def test_decoding_workers_whose_server_was_killed_exit_quietly(start) -> None:
-    """SIGKILL leaves the server no time to stop its workers: each finds its pipe closed and exits, without a
+def test_decoding_processes_whose_server_was_killed_exit_quietly(start) -> None:
+    """SIGKILL leaves the server no time to stop its decoding processes: each finds its pipe closed and exits, without a
     traceback in the log."""
     server = start()
     pids = next(event["pids"] for event in server.events() if event["event"] == "ready")
@@ -244,7 +244,7 @@ def test_decoding_workers_whose_server_was_killed_exit_quietly(start) -> None:
     deadline = time.monotonic() + 30
     while any(Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
               for pid in pids):
-        assert time.monotonic() < deadline, f"workers {pids} outlived their server"
+        assert time.monotonic() < deadline, f"decoding processes {pids} outlived their server"
         time.sleep(0.05)
     server.assert_log_is_json_lines()
 
@@ -373,41 +373,41 @@ def test_a_body_short_of_its_length_gets_408_a_client_gone_is_logged_499_and_eve
     server.assert_log_is_json_lines()
 
 
-def failing_worker(connection, *arguments) -> None:
-    """A decoding worker's process (`serve_batches`) whose translator raises on the sentence "boom": a fault that
-    arises inside the worker. It patches the translator there, in the process it runs in."""
+def failing_decoding_process(connection, *arguments) -> None:
+    """A decoding process (`serve_batches`) whose translator raises on the sentence "boom": a fault that arises
+    inside that process. It patches the translator there, in the process it runs in."""
     from mtx.decode.translator import Translator
-    from mtx.serve.worker import serve_batches
+    from mtx.serve.decoding_process import serve_batches
 
-    translate = Translator.translate
+    translate_tokens = Translator.translate_tokens
 
-    def translate_or_fail(self, sentences, *rest, **named):
-        if "boom" in sentences:
-            raise ZeroDivisionError("boom in the worker")
-        return translate(self, sentences, *rest, **named)
+    def translate_or_fail(self, sources, *rest, **named):
+        if any(ids is not None and self.tokenizer.decode(ids) == "boom" for ids in sources):
+            raise ZeroDivisionError("boom in the decoding process")
+        return translate_tokens(self, sources, *rest, **named)
 
-    Translator.translate = translate_or_fail
+    Translator.translate_tokens = translate_or_fail
     serve_batches(connection, *arguments)
 
 
 @serving
-def test_a_decoding_worker_s_error_is_logged_with_the_worker_s_own_traceback(start, copy_model: dict) -> None:
+def test_a_decoding_process_s_error_is_logged_with_its_own_traceback(start, copy_model: dict) -> None:
     folders = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]  # this file's and support's
-    program = (f"import sys; sys.path[:0] = {folders!r}; import test_serve, mtx.serve.worker as worker; "
-               "worker.serve_batches = test_serve.failing_worker; from mtx.cli import main; main()")
+    program = (f"import sys; sys.path[:0] = {folders!r}; import test_serve, mtx.serve.decoding_process as process; "
+               "process.serve_batches = test_serve.failing_decoding_process; from mtx.cli import main; main()")
     server = start(python=("-c", program))
     status, _, answer = server.translate({"text": ["boom"]})
-    assert status == 500 and answer == {"error": "internal error (ZeroDivisionError: boom in the worker)."}
+    assert status == 500 and answer == {"error": "internal error (ZeroDivisionError: boom in the decoding process)."}
     logged = server.requests_logged("/translate", 1)[0]["error"]
-    assert "in translate_or_fail" in logged and "in serve_batches" in logged  # the worker's frames
+    assert "in translate_or_fail" in logged and "in serve_batches" in logged  # the decoding process's frames
     assert logged.index("in translate_or_fail") < logged.index("in decode")  # then the server's
     status, _, answer = server.translate({"text": copy_model["held_out"][:1]})
-    assert status == 200  # the worker lives on
+    assert status == 200  # the decoding process lives on
     server.assert_log_is_json_lines()
 
 
 @serving
-def test_ctrl_c_drains_without_stopping_the_workers_first(start, copy_model: dict) -> None:
+def test_ctrl_c_drains_without_stopping_the_decoding_processes_first(start, copy_model: dict) -> None:
     server = start("--threads", "1", "--max-sentences", "800", session=True)
     with ThreadPoolExecutor(2) as pool:
         busy = occupy(server, copy_model["held_out"], pool)
@@ -537,13 +537,45 @@ class Recording:
 
 
 def batcher(decoder: Recording, **settings) -> Batcher:
-    """A batcher of one worker, not started: the tests queue requests first, so what it gathers is known."""
+    """A batcher of one feeding thread, not started: the tests queue requests first, so what it gathers is known."""
     return Batcher([decoder], **{"batch_tokens": 100, "max_wait": 0.2, "max_queue": 50, "metrics": Metrics(),
                                  **settings})
 
 
 def job(sentences: list[str], options: object, cost: int = 10) -> Job:
     return Job(sentences, list(range(len(sentences))), options, cost)
+
+
+def test_the_server_process_holds_no_weights_and_tokenises_each_sentence_once(copy_model: dict) -> None:
+    """Only the decoding processes load the model: the server's own process reads what the checkpoint says of
+    itself (its weights mapped and dropped unread), checks requests against that and the tokenizer, and hands
+    the decoding process each sentence's token ids."""
+    import gc
+
+    import torch
+
+    from mtx.decode.translator import encode_sentences
+    from mtx.serve.service import Limits, TranslationService
+
+    def tensors() -> dict[int, torch.Tensor]:
+        gc.collect()
+        return {id(o): o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)}
+
+    before = tensors()
+    service = TranslationService([copy_model["checkpoint"]], device="cpu", dtype="auto", threads=1, batch_tokens=4096,
+                                 max_wait=0.005, max_queue=64, limits=Limits(8, 1000, 4, 30.0))
+    service.load()
+    try:
+        assert service.status == "ready", service.failure
+        sentences = [copy_model["held_out"][0], "", copy_model["held_out"][1]]
+        job = service.job(sentences, {"beam": 2})
+        held = [tensor for key, tensor in tensors().items() if key not in before]
+        assert sum(tensor.numel() for tensor in held) == 0
+        assert job.sentences == encode_sentences(service.tokenizer, sentences) and job.sentences[1] is None
+        answer = service.batcher.submit(job).result(timeout=60)
+        assert [len(nbest) for nbest in answer] == [1, 0, 1]
+    finally:
+        service.drain()
 
 
 def test_the_batcher_gathers_requests_with_equal_options_within_the_token_budget() -> None:
@@ -560,7 +592,7 @@ def test_the_batcher_gathers_requests_with_equal_options_within_the_token_budget
     assert decoder.calls[0][1] == [0, 0, 1, 0]  # each sentence's index within its own request
 
 
-def test_a_lone_request_is_decoded_at_once_and_company_is_waited_for() -> None:
+def test_a_lone_request_is_decoded_at_once_and_others_are_waited_for() -> None:
     decoder = Recording()
     queue = batcher(decoder, max_wait=2.0)
     queue.start()
@@ -571,7 +603,7 @@ def test_a_lone_request_is_decoded_at_once_and_company_is_waited_for() -> None:
     slow.start()
     first = slow.submit(job(["first"], "A"))
     wait_until(lambda: slow.depth()[2] == 1)
-    # While the first is decoded, two more arrive: once free, the worker sees company and waits for more.
+    # While the first is decoded, two more arrive: once free, the feeding thread sees others and waits for more.
     second, third = slow.submit(job(["second"], "A")), slow.submit(job(["third"], "A"))
     time.sleep(0.6)
     fourth = slow.submit(job(["fourth"], "A"))
@@ -596,7 +628,7 @@ def test_the_batcher_refuses_past_its_queue_and_drains_on_close() -> None:
         queue.submit(job(["w"], "A"))
     assert refused.value.retry_after >= 1
     queue.start()
-    queue.close()  # the worker is gathering (for 5 s): it decodes what is queued at once and stops
+    queue.close()  # the feeding thread is gathering (for 5 s): it decodes what is queued at once and stops
     assert first.result(timeout=0) == [["x"], ["y"]] and second.result(timeout=0) == [["z"]]
     with pytest.raises(Draining):
         queue.submit(job(["v"], "A"))
@@ -618,7 +650,7 @@ def test_a_cancelled_request_is_not_decoded_and_an_error_reaches_every_request_o
     for future in failing:
         with pytest.raises(RuntimeError, match="broken"):
             future.result(timeout=10)
-    assert queue.submit(job(["after"], "A")).result(timeout=10) == [["retfa"]]  # the worker lives on
+    assert queue.submit(job(["after"], "A")).result(timeout=10) == [["retfa"]]  # the feeding thread lives on
     queue.close()
     assert [sentences for sentences, _, _ in decoder.calls] == [["kept"], ["p", "q"], ["after"]]
 

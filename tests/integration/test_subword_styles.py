@@ -27,7 +27,7 @@ from mtx.checkpoint import load_checkpoint, load_model
 from mtx.cli import app
 from mtx.config.recipe import DecodeConfig
 from mtx.decode.ensemble import load_models
-from mtx.decode.search import search
+from mtx.decode.search import Constraints, LengthPenalty, search
 from mtx.decode.translator import Translator
 from mtx.errors import MtxError
 from mtx.score.metrics import corpus_bleu
@@ -275,7 +275,8 @@ def mtx_greedy(run: Run, texts: list[str]) -> tuple[list[list[int]], list[int]]:
         ids = tokenizer.encode(normalize_text(text))
         src = torch.tensor([[*ids, EOS]])
         limits.append(len(ids) + 5)
-        outputs.append(search(model, src, src == PAD, torch.tensor([limits[-1]]), beam=1, lenpen=0.6)[0][0].tokens)
+        constraints = Constraints(torch.tensor([limits[-1]]))
+        outputs.append(search(model, src, src == PAD, constraints, LengthPenalty(0.6), beam=1)[0][0].tokens)
     return outputs, limits
 
 

@@ -24,9 +24,17 @@ import mtx.decode.search
 import mtx.decode.translator
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import DecodeConfig
-from mtx.decode.command import read_ahead
-from mtx.decode.search import Hypothesis, search
-from mtx.decode.translator import Translator, decoding_workers, map_in_threads, prepare_model, translate_sentences
+from mtx.decode.command import Companion, read_ahead, read_windows
+from mtx.decode.output import score_writer, search_writer
+from mtx.decode.search import Constraints, Hypothesis, LengthPenalty, search
+from mtx.decode.translator import (
+    Translation,
+    Translator,
+    batches_at_once,
+    map_in_threads,
+    prepare_model,
+    translate_sentences,
+)
 from mtx.errors import MtxError
 from mtx.tokenizer import EOS, PAD
 
@@ -268,13 +276,15 @@ def test_output_that_is_the_input_file_is_refused(trained: dict, tmp_path: Path)
         assert source.read_bytes() == original
 
 
-def search_directly(trained: dict, sentences: list[str], **options) -> list[list[tuple[str, float]]]:
+def search_directly(trained: dict, sentences: list[str], penalty: LengthPenalty, min_len: int = 0,
+                    **options) -> list[list[tuple[str, float]]]:
     """The decoded n-best lists that `search` itself gives each sentence, with the output limit of the
     checkpoint's recipe (a = 1, b = 5): what the command must print when given the same options."""
     tokenizer, results = trained["tokenizer"], []
     for ids in tokenizer.encode_batch(sentences):
         src = torch.tensor([[*ids, EOS]])
-        [nbest] = search(trained["model"], src, src == PAD, torch.tensor([len(ids) + 5]), **options)
+        constraints = Constraints(torch.tensor([len(ids) + 5]), min_len)
+        [nbest] = search(trained["model"], src, src == PAD, constraints, penalty, **options)
         results.append([(tokenizer.decode(h.tokens), h.score) for h in nbest])
     return results
 
@@ -297,7 +307,7 @@ def test_lenpen_and_lenpen_style_reach_the_search(trained: dict) -> None:
                                        "--lenpen-style", style], stdin)
         assert result.exit_code == 0
         got = [parse_nbest(line) for line in lines]
-        expected = search_directly(trained, sentences, beam=4, nbest=4, lenpen=float(lenpen), lenpen_style=style)
+        expected = search_directly(trained, sentences, LengthPenalty(float(lenpen), style), beam=4, nbest=4)
         assert [[text for text, _ in n] for n in got] == [[text for text, _ in n] for n in expected]
         assert [score for n in got for _, score in n] == pytest.approx(
             [score for n in expected for _, score in n], abs=2e-4)  # printed with four decimals
@@ -317,7 +327,7 @@ def test_min_len_makes_every_output_at_least_that_long(trained: dict) -> None:
     stdin = "".join(f"{s}\n" for s in sentences).encode()
     result, lines = translate_cli(["-m", str(trained["checkpoint"]), "--min-len", "5"], stdin)
     assert result.exit_code == 0
-    assert lines == [n[0][0] for n in search_directly(trained, sentences, beam=4, lenpen=0.6, min_len=5)]
+    assert lines == [n[0][0] for n in search_directly(trained, sentences, LengthPenalty(0.6), min_len=5, beam=4)]
     assert all(len(tokenizer.encode(line)) >= 5 for line in lines)
     assert [line for line, n in zip(lines, lengths, strict=True) if n >= 5] == [
         s for s, n in zip(sentences, lengths, strict=True) if n >= 5]
@@ -380,13 +390,13 @@ def test_read_ahead_windows_are_bounded_and_errors_come_last() -> None:
     assert got == [str(i) for i in range(10)]
 
 
-def test_decoding_workers_spread_batches_over_cpu_threads() -> None:
+def test_batches_at_once_spread_over_cpu_threads() -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert decoding_workers(cpu, 2, 9) == (2, 1)  # two batches at a time, one thread each
-    assert decoding_workers(cpu, 2, 1) == (1, 2)  # a lone batch gets both threads
-    assert decoding_workers(cpu, 4, 3) == (3, 1)
-    assert decoding_workers(cpu, 32, 100) == (8, 4)  # at most MAX_WORKERS batches at a time
-    assert decoding_workers(cuda, 8, 100) == (1, 8)
+    assert batches_at_once(cpu, 2, 9) == (2, 1)  # two batches at a time, one thread each
+    assert batches_at_once(cpu, 2, 1) == (1, 2)  # a lone batch gets both threads
+    assert batches_at_once(cpu, 4, 3) == (3, 1)
+    assert batches_at_once(cpu, 32, 100) == (8, 4)  # at most MAX_BATCHES_AT_ONCE batches at a time
+    assert batches_at_once(cuda, 8, 100) == (1, 8)
 
 
 def test_map_in_threads_keeps_order_restores_threads_and_raises() -> None:
@@ -397,19 +407,19 @@ def test_map_in_threads_keeps_order_restores_threads_and_raises() -> None:
         seen_threads.append(torch.get_num_threads())
         return i * i
 
-    assert map_in_threads(work, list(range(20)), workers=3, threads_each=1) == [i * i for i in range(20)]
+    assert map_in_threads(work, list(range(20)), at_once=3, threads_each=1) == [i * i for i in range(20)]
     assert set(seen_threads) == {1} and torch.get_num_threads() == before
 
     def fail(i: int) -> int:
         raise ValueError(f"item {i}")
 
     with pytest.raises(ValueError, match="item"):
-        map_in_threads(fail, [1, 2, 3], workers=2, threads_each=1)
+        map_in_threads(fail, [1, 2, 3], at_once=2, threads_each=1)
     assert torch.get_num_threads() == before
 
 
 def test_batches_decoded_side_by_side_equal_one_at_a_time(trained: dict) -> None:
-    """Several workers (small batches, two threads) give the strings and scores of one batch at a time."""
+    """Several batches at once (small batches, two threads) give the strings and scores of one batch at a time."""
     before = torch.get_num_threads()
     results = []
     try:
@@ -518,3 +528,50 @@ def test_jsonl_alignment_is_the_pharaoh_alignments_links(trained: dict) -> None:
 def test_jsonl_refuses_an_unknown_format(trained: dict) -> None:
     result, _ = translate_cli(["-m", str(trained["checkpoint"]), "--format", "json"], b"a\n")
     assert result.exit_code == 1 and "--format 'json' is not one of text, jsonl" in str(result.exception)
+
+
+def test_each_writer_turns_a_lines_result_into_its_output_line(trained: dict) -> None:
+    """The writers `mtx translate` chooses once per run: text, n-best text and jsonl for a search's n-best lists,
+    text and jsonl for the scores of given translations; an empty input line (no hypothesis) in each."""
+    tokenizer = trained["tokenizer"]
+    ids = tokenizer.encode("red cat")
+    log_probs = [-0.125] * len(ids) + [-0.0625]
+    best = Translation("red café", -0.25, ids, log_probs, [(0, 0), (1, 1)], ("loop",))
+    other = Translation("cat red", -1.5, ids, log_probs, [(1, 0), (0, 1)])
+    text, nbest, jsonl = (search_writer(form, tokenizer, several, True)
+                          for form, several in (("text", False), ("text", True), ("jsonl", True)))
+    assert text.line([best, other]) == "red café ||| 0-0 1-1" and text.line([]) == " ||| "
+    assert search_writer("text", tokenizer, False, False).line([best, other]) == "red café"
+    assert nbest.line([best, other]) == "-0.2500\tred café ||| 0-0 1-1\t-1.5000\tcat red ||| 1-0 0-1"
+    assert nbest.line([]) == ""
+    fields = {"text": "red café", "score": -0.25, "tokens": [*tokenizer.pieces(ids), "</s>"],
+              "token_log_probs": log_probs, "alignment": [[0, 0], [1, 1]]}
+    line = jsonl.line([best, other])
+    assert "café" in line and json.loads(line) == {**fields, "flags": ["loop"], "nbest": [
+        fields, {**fields, "text": "cat red", "score": -1.5, "alignment": [[1, 0], [0, 1]]}]}
+    assert json.loads(search_writer("jsonl", tokenizer, False, False).line([])) == {
+        "text": "", "score": None, "tokens": [], "token_log_probs": [], "flags": []}
+
+    assert score_writer("text", tokenizer).line(best) == "-0.2500\tred café" and score_writer("text", tokenizer).line(
+        None) == ""
+    scored = {k: v for k, v in fields.items() if k != "alignment"}
+    assert score_writer("jsonl", tokenizer).line(best) == json.dumps({**scored, "log_prob": sum(log_probs)},
+                                                                     ensure_ascii=False)
+    assert json.loads(score_writer("jsonl", tokenizer).line(None)) == {
+        "text": "", "score": None, "tokens": [], "token_log_probs": [], "log_prob": None}
+
+
+def test_windows_carry_their_companion_lines_and_a_count_that_differs_is_refused() -> None:
+    """Reading: each window of the input with as many lines of the --prefix (or --score-reference) file, and the
+    index of its first line; a companion file that runs out first, or has lines left over, is refused."""
+    companion = Companion("--prefix", Path("starts.de"))
+    lines = [f"line {i}" for i in range(5)]
+    windows = list(read_windows(lines, companion, iter(f"start {i}" for i in range(5))))
+    assert sum((w.lines for w in windows), []) == lines
+    assert all(w.given == [line.replace("line", "start") for line in w.lines] for w in windows)
+    assert [w.first for w in windows] == [sum(len(v.lines) for v in windows[:i]) for i in range(len(windows))]
+    assert [w.given for w in read_windows(lines, None, iter(()))] == [[] for _ in windows]
+    with pytest.raises(MtxError, match=r"^--prefix starts.de has 3 lines, but the input has more: its line 4 has no "):
+        list(read_windows(lines, companion, iter(lines[:3])))
+    with pytest.raises(MtxError, match=r"^--prefix starts.de has more lines than the input's 5: give one line"):
+        list(read_windows(lines, companion, iter([*lines, "extra"])))

@@ -4,11 +4,13 @@ are in test_translate.py."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from mtx.decode.alignment import default_alignment_layer, hard_alignments, pharaoh, word_attention
+from mtx.decode.alignment import aligning_layer, default_alignment_layer, hard_alignments, pharaoh, word_attention
 from mtx.decode.output import format_nbest
 from mtx.decode.translator import Translation
+from mtx.errors import MtxError
 
 
 def test_pooling_sums_over_source_subwords_and_averages_over_target_subwords() -> None:
@@ -70,3 +72,22 @@ def test_default_layer_is_the_last_of_a_shallow_decoder_and_the_penultimate_of_a
     assert default_alignment_layer(3) == 1
     assert default_alignment_layer(2) == 1
     assert default_alignment_layer(1) == 0
+
+
+def test_the_aligning_layer_is_asked_for_with_alignments_only_and_must_be_the_models() -> None:
+    """One rule for `mtx translate`'s flags, the translator and a request's fields, in each one's spelling."""
+    assert aligning_layer(False, None, 6) is None
+    assert aligning_layer(True, None, 6) == default_alignment_layer(6) == 4
+    assert aligning_layer(True, 0, 6) == 0 and aligning_layer(True, 5, 6) == 5
+    with pytest.raises(MtxError, match=r"^--alignment-layer only applies with --alignment\.$"):
+        aligning_layer(False, 0, 6)
+    for layer in (6, -1):
+        with pytest.raises(MtxError, match=rf"^--alignment-layer {layer} is not a layer of this model, whose decoder "
+                           r"layers are numbered 0 to 5\.$"):
+            aligning_layer(True, layer, 6)
+    field = (lambda name: name, " = ")
+    with pytest.raises(MtxError, match=r"^alignment_layer only applies with alignment\.$"):
+        aligning_layer(False, 1, 2, *field)
+    with pytest.raises(MtxError, match=r"^alignment_layer = 2 is not a layer of this model, whose decoder layers are "
+                       r"numbered 0 to 1\.$"):
+        aligning_layer(True, 2, 2, *field)

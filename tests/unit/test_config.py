@@ -1,19 +1,22 @@
 """Recipes: every shipped recipe validates, and every kind of mistake gets a message naming its key."""
 
+import dataclasses
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 from support import ROOT
 
 from mtx import __version__
 from mtx.config.decode import DecodeConfig
-from mtx.config.fields import ConfigError, parse_duration
+from mtx.config.fields import AT_LEAST_0, ConfigError, parse_duration, setting
 from mtx.config.keys import all_keys, format_keys, type_name
 from mtx.config.loading import load_recipe, parse_override
+from mtx.errors import MtxError
 
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 GOOD = """\
@@ -264,3 +267,84 @@ def test_non_finite_and_out_of_range_numbers_are_refused_naming_the_key(tmp_path
     with pytest.raises(ConfigError) as caught:
         load_recipe(write(tmp_path, GOOD), [override])
     assert message in str(caught.value)
+
+
+def test_sampling_refuses_a_chosen_beam_in_each_places_spelling() -> None:
+    """One rule, phrased for a flag and for a request's field: sampling draws, so a beam the user chose besides
+    is refused. A recipe that samples holds a beam all the same (the default 4, unused), and loads."""
+    from mtx.config.decode import flag_name
+
+    sampling = DecodeConfig(sampling=True, beam=4)
+    assert sampling.first_problem(lambda name: f"decode.{name}", " = ") is None
+    assert sampling.first_problem(flag_name, " ", given={"beam"}) == ("beam", (
+        "--sampling draws each token, --beam 4 searches: give one or the other (with --sampling, --nbest N draws N "
+        "samples)."))
+    assert sampling.first_problem(lambda name: name, " = ", given={"beam", "sampling"}) == ("beam", (
+        "sampling draws each token, beam = 4 searches: give one or the other (with sampling, nbest = N draws N "
+        "samples)."))
+    assert DecodeConfig(sampling=True, beam=1).first_problem(flag_name, " ", given={"beam"}) is None
+    assert DecodeConfig(beam=4).first_problem(flag_name, " ", given={"beam"}) is None
+    with pytest.raises(MtxError, match="--sampling draws each token, --beam 3 searches"):
+        DecodeConfig(sampling=True, beam=3).validate_flags(given={"beam", "sampling"})
+
+
+def test_every_decoding_option_is_a_translate_flag_made_from_its_field() -> None:
+    """`mtx translate`'s decoding flags are DecodeConfig's fields: each one's name, help, range and default as
+    the field declares them, unset (None) unless given, so that the checkpoint's recipe decides."""
+    import typer
+
+    from mtx.cli import app
+    from mtx.config.decode import flag_name
+    from mtx.config.fields import bounds_of
+
+    translate = typer.main.get_command(app).commands["translate"]
+    params = {param.name: param for param in translate.params}
+    for f in dataclasses.fields(DecodeConfig):
+        param = params[f.name]
+        assert param.opts == [flag_name(f.name)] and param.default is None, f.name
+        assert param.help.startswith(f.metadata["help"]), f.name
+        if (bounds := bounds_of(f)) is not None:
+            assert f" Must be {bounds.phrase(with_note=False)}. " in param.help, f.name
+    assert params["beam"].help.endswith("[default: the recipe's, 4]")
+    assert params["lenpen"].help.endswith("[default: the recipe's, 1.0]")
+    assert params["sampling"].is_flag and not params["sampling"].secondary_opts  # --sampling alone, no --no-sampling
+    assert params["sampling"].help.endswith("[default: the recipe's, off]")
+    assert params["topk"].help.endswith("[default: the recipe's, unset]")
+    assert params["lenpen_style"].metavar == "gnmt|fairseq"
+    assert "Must be" not in params["seed"].help  # a seed has no range
+
+
+@dataclasses.dataclass
+class WithNewOption(DecodeConfig):
+    """DecodeConfig and one more option, as a contributor adds one."""
+
+    max_unk: int | None = setting(None, "Output at most this many unknown tokens; unset: any number.",
+                                  bounds=AT_LEAST_0)
+
+
+def test_a_new_field_is_a_new_flag() -> None:
+    """Adding a field is the one edit a new decoding option takes: the command gets its flag, with its help, its
+    range and its default, and the value the user gives among the options it is handed."""
+    import typer
+    from typer.testing import CliRunner
+
+    from mtx.decode.command import with_flags_of
+
+    handed: list[tuple[dict[str, object], int]] = []
+
+    @with_flags_of(WithNewOption)
+    def command(*, options: dict[str, object], batch_tokens: Annotated[int, typer.Option()] = 7) -> None:
+        handed.append((options, batch_tokens))
+
+    app = typer.Typer(rich_markup_mode=None)
+    app.command()(command)
+    result = CliRunner().invoke(app, ["--max-unk", "3", "--beam", "2", "--sampling", "--lenpen", "0.5",
+                                      "--lenpen-style", "gnmt"])
+    assert result.exit_code == 0, result.output
+    assert handed == [({"beam": 2, "lenpen": 0.5, "lenpen_style": "gnmt", "sampling": True, "max_unk": 3}, 7)]
+    assert [type(value) for value in handed[0][0].values()] == [int, float, str, bool, int]  # each field's type
+    assert CliRunner().invoke(app, ["--max-unk", "many"]).exit_code == 2  # not a number: a usage error
+    assert CliRunner().invoke(app, []).exit_code == 0 and handed[-1] == ({}, 7)  # nothing set: nothing handed
+    helped = " ".join(CliRunner().invoke(app, ["--help"]).output.split())
+    assert ("--max-unk <int> Output at most this many unknown tokens; unset: any number. Must be at least 0. "
+            "[default: the recipe's, unset]") in helped

@@ -18,7 +18,7 @@ from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import DecodeConfig, ModelConfig, resolve_model
 from mtx.decode.alignment import align_rows
 from mtx.decode.ensemble import Ensemble, average_distributions, load_models
-from mtx.decode.search import Hypothesis, beam_search, search
+from mtx.decode.search import Constraints, Hypothesis, LengthPenalty, beam_search, search
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
@@ -76,7 +76,7 @@ def test_a_confident_member_is_not_vetoed_by_one_that_doubts() -> None:
     .3 and .25); the mean of their log-probabilities (a product of experts) would rank B first."""
     first = scripted({(): {A: 0.9, B: 0.1}})
     second = scripted({(): {A: 0.0001, B: 0.5, C: 0.4999}})
-    [[best, *_]] = scripted_decode(Ensemble([first, second]), beam=3, nbest=3, lenpen=0.0)
+    [[best, *_]] = scripted_decode(Ensemble([first, second]), beam=3, nbest=3, penalty=LengthPenalty(0.0))
     assert best.tokens == [A]
     assert best.token_log_probs[0] == pytest.approx(math.log(0.45005), abs=1e-6)
 
@@ -106,7 +106,7 @@ def test_beam_search_over_an_ensemble_is_beam_search_over_the_mixture() -> None:
     """The ensemble of two scripted models searches as one scripted model whose distributions are their
     mixture: the same n-best lists, scores and per-token log-probabilities, for several sentences at once."""
     first, second = seeded_distribution("first"), seeded_distribution("second")
-    options = dict(n=3, max_len=6, beam=3, nbest=3, lenpen=0.6)
+    options = dict(n=3, max_len=6, beam=3, nbest=3, penalty=LengthPenalty(0.6))
     together = scripted_decode(Ensemble([ScriptedModel(first), ScriptedModel(second)]), **options)
     mixed = scripted_decode(ScriptedModel(mixture_of(first, second)), **options)
     alone = scripted_decode(ScriptedModel(first), **options)
@@ -132,9 +132,10 @@ def test_an_ensemble_of_one_model_or_of_a_model_with_itself_is_that_model(pair: 
     two equal distributions is that distribution)."""
     model, sentences = pair["models"][0], pair["sources"]
     src, src_pad, max_len = batch(pair["tokenizer"], sentences)
-    alone = search(model, src, src_pad, max_len, beam=4, nbest=2, lenpen=0.6)
-    assert search(Ensemble([model]), src, src_pad, max_len, beam=4, nbest=2, lenpen=0.6) == alone
-    doubled = search(Ensemble([model, model]), src, src_pad, max_len, beam=4, nbest=2, lenpen=0.6)
+    constraints, penalty = Constraints(max_len), LengthPenalty(0.6)
+    alone = search(model, src, src_pad, constraints, penalty, beam=4, nbest=2)
+    assert search(Ensemble([model]), src, src_pad, constraints, penalty, beam=4, nbest=2) == alone
+    doubled = search(Ensemble([model, model]), src, src_pad, constraints, penalty, beam=4, nbest=2)
     assert [[h.tokens for h in n] for n in doubled] == [[h.tokens for h in n] for n in alone]
     assert [h.score for n in doubled for h in n] == pytest.approx([h.score for n in alone for h in n], abs=1e-5)
 
@@ -155,8 +156,8 @@ def test_models_of_different_shapes_are_averaged_step_by_step() -> None:
     small = random_transformer(1, 40)
     large = random_transformer(2, 40, d_model=48, layers_enc=2, layers_dec=2, norm="pre")
     src = torch.tensor([[7, 9, 11, 13, EOS]])
-    [nbest] = beam_search(Ensemble([small, large]), src, src == PAD, torch.tensor([8]), beam=4, nbest=4,
-                              lenpen=0.6)
+    [nbest] = beam_search(Ensemble([small, large]), src, src == PAD, Constraints(torch.tensor([8])),
+                          LengthPenalty(0.6), beam=4, nbest=4)
     assert len(nbest) == 4
     for hypothesis in nbest:
         expected = average_distributions([teacher_forced_log_probs(m, src, hypothesis) for m in (small, large)])

@@ -11,9 +11,10 @@ from support import SCRIPTED_VOCAB, ScriptedModel, scripted_decode, scripted_sou
 
 from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.decode.search import (
+    Constraints,
+    LengthPenalty,
     beam_search,
     greedy_search,
-    length_penalty,
     row_topk,
     search,
     top_candidates,
@@ -60,23 +61,23 @@ def as_pairs(nbest) -> list[tuple[list[int], float]]:
 
 def test_length_penalty_formulas() -> None:
     lengths = torch.tensor([1, 7, 25])
-    torch.testing.assert_close(length_penalty(lengths, 0.6, "gnmt"), ((5 + lengths) / 6) ** 0.6)
-    torch.testing.assert_close(length_penalty(lengths, 0.6, "fairseq"), lengths**0.6)
-    assert length_penalty(3, 0.0, "gnmt") == length_penalty(3, 0.0, "fairseq") == 1.0
+    torch.testing.assert_close(LengthPenalty(0.6, "gnmt")(lengths), ((5 + lengths) / 6) ** 0.6)
+    torch.testing.assert_close(LengthPenalty(0.6, "fairseq")(lengths), lengths**0.6)
+    assert LengthPenalty(0.0, "gnmt")(3) == LengthPenalty(0.0, "fairseq")(3) == 1.0
 
 
 def test_hand_computed_nbest() -> None:
-    [nbest] = scripted_decode(table_model(), beam=2, lenpen=0.0, nbest=2)
+    [nbest] = scripted_decode(table_model(), beam=2, penalty=LengthPenalty(0.0), nbest=2)
     assert [h.tokens for h in nbest] == [[B], [A, A]]
     assert [h.score for h in nbest] == pytest.approx([math.log(0.36), math.log(0.135)])
 
 
 def test_hand_computed_scores_with_length_penalty() -> None:
     """α = 1: log P / ((5 + |Y|) / 6), EOS counted in |Y|; fairseq style: log P / |Y|."""
-    [gnmt] = scripted_decode(table_model(), beam=2, lenpen=1.0, lenpen_style="gnmt", nbest=2)
+    [gnmt] = scripted_decode(table_model(), beam=2, penalty=LengthPenalty(1.0, "gnmt"), nbest=2)
     assert as_pairs(gnmt) == [([B], pytest.approx(math.log(0.36) / (7 / 6))),
                               ([A, A], pytest.approx(math.log(0.135) / (8 / 6)))]
-    [fairseq] = scripted_decode(table_model(), beam=2, lenpen=1.0, lenpen_style="fairseq", nbest=2)
+    [fairseq] = scripted_decode(table_model(), beam=2, penalty=LengthPenalty(1.0, "fairseq"), nbest=2)
     assert as_pairs(fairseq) == [([B], pytest.approx(math.log(0.36) / 2)),
                                  ([A, A], pytest.approx(math.log(0.135) / 3))]
 
@@ -84,7 +85,7 @@ def test_hand_computed_scores_with_length_penalty() -> None:
 def test_early_stop_when_no_open_beam_can_win() -> None:
     """With nbest 1, "b" (.36) beats every open beam (aa .27, ab .15) after two steps: no third step."""
     model = table_model()
-    [nbest] = scripted_decode(model, beam=2, lenpen=0.0)
+    [nbest] = scripted_decode(model, beam=2, penalty=LengthPenalty(0.0))
     assert as_pairs(nbest) == [([B], pytest.approx(math.log(0.36)))]
     assert model.steps == 2
 
@@ -93,14 +94,14 @@ def test_early_stop_when_no_open_beam_can_win() -> None:
 @pytest.mark.parametrize("style", ["gnmt", "fairseq"])
 def test_early_stop_never_changes_the_best(lenpen: float, style: str) -> None:
     """nbest = beam never stops before `beam` hypotheses end; its best must equal the early-stopped best."""
-    options = dict(beam=4, lenpen=lenpen, lenpen_style=style)
+    options = dict(beam=4, penalty=LengthPenalty(lenpen, style))
     early = scripted_decode(random_model(), n=30, max_len=12, **options)
     full = scripted_decode(random_model(), n=30, max_len=12, nbest=4, **options)
     assert [as_pairs(n) for n in early] == [as_pairs(n[:1]) for n in full]
 
 
 def test_nbest_sorted_and_distinct() -> None:
-    for nbest in scripted_decode(random_model(), n=20, beam=5, lenpen=0.6, nbest=5):
+    for nbest in scripted_decode(random_model(), n=20, beam=5, penalty=LengthPenalty(0.6), nbest=5):
         scores = [h.score for h in nbest]
         assert scores == sorted(scores, reverse=True)
         assert len({tuple(h.tokens) for h in nbest}) == len(nbest)
@@ -108,35 +109,36 @@ def test_nbest_sorted_and_distinct() -> None:
 
 def test_max_len_forces_eos() -> None:
     """At max_len 1 both open beams must end: a·EOS (.6 · .3) and b·EOS (.4 · .9)."""
-    [nbest] = scripted_decode(table_model(), max_len=1, beam=2, lenpen=0.0, nbest=2)
+    [nbest] = scripted_decode(table_model(), max_len=1, beam=2, penalty=LengthPenalty(0.0), nbest=2)
     assert as_pairs(nbest) == [([B], pytest.approx(math.log(0.36))), ([A], pytest.approx(math.log(0.18)))]
-    for n in scripted_decode(random_model(), n=10, max_len=3, beam=3, lenpen=0.6, nbest=3):
+    for n in scripted_decode(random_model(), n=10, max_len=3, beam=3, penalty=LengthPenalty(0.6), nbest=3):
         assert all(len(h.tokens) <= 3 for h in n)
 
 
 def test_min_len_forbids_early_eos() -> None:
     """EOS is forbidden for the first two tokens, so "b" cannot end; "a a" (.135) wins over "a b" (.12)."""
-    [nbest] = scripted_decode(table_model(), beam=2, lenpen=0.0, min_len=2, nbest=2)
+    [nbest] = scripted_decode(table_model(), beam=2, penalty=LengthPenalty(0.0), min_len=2, nbest=2)
     assert as_pairs(nbest) == [([A, A], pytest.approx(math.log(0.135))), ([A, B], pytest.approx(math.log(0.12)))]
-    for n in scripted_decode(random_model(), n=10, beam=3, lenpen=0.6, min_len=4):
+    for n in scripted_decode(random_model(), n=10, beam=3, penalty=LengthPenalty(0.6), min_len=4):
         assert len(n[0].tokens) >= 4
 
 
 def test_max_len_wins_over_min_len() -> None:
-    [nbest] = scripted_decode(table_model(), max_len=1, beam=2, lenpen=0.0, min_len=3)
+    [nbest] = scripted_decode(table_model(), max_len=1, beam=2, penalty=LengthPenalty(0.0), min_len=3)
     assert as_pairs(nbest) == [([B], pytest.approx(math.log(0.36)))]
     src, src_pad = scripted_sources(1)
-    [[hypothesis]] = greedy_search(table_model(), src, src_pad, torch.tensor([1]), min_len=3)
+    constraints = Constraints(torch.tensor([1]), min_len=3)
+    [[hypothesis]] = greedy_search(table_model(), src, src_pad, constraints, LengthPenalty())
     assert hypothesis.tokens == [A]
 
 
 def test_token_log_probs_are_each_tokens_own_hand_computed() -> None:
     """[B] is P(B) = 0.4 then P(EOS | B) = 0.9; [A, A] is 0.6, 0.45, then 0.5 for EOS (the table above)."""
-    [nbest] = scripted_decode(table_model(), beam=2, lenpen=0.0, nbest=2)
+    [nbest] = scripted_decode(table_model(), beam=2, penalty=LengthPenalty(0.0), nbest=2)
     assert nbest[0].token_log_probs == pytest.approx([math.log(0.4), math.log(0.9)])
     assert nbest[1].token_log_probs == pytest.approx([math.log(0.6), math.log(0.45), math.log(0.5)])
     src, src_pad = scripted_sources(1)
-    [[greedy]] = greedy_search(table_model(), src, src_pad, torch.tensor([10]))
+    [[greedy]] = greedy_search(table_model(), src, src_pad, Constraints(torch.tensor([10])), LengthPenalty())
     assert greedy.token_log_probs == pytest.approx([math.log(0.6), math.log(0.45), math.log(0.5)])
 
 
@@ -148,20 +150,20 @@ def test_token_log_probs_sum_to_the_score_times_the_length_penalty(beam: int, nb
     src, src_pad = scripted_sources(12)
     max_len = torch.randint(1, 12, (12,), generator=torch.Generator().manual_seed(0))
     model = random_model()
-    for sentence, hypotheses in enumerate(search(model, src, src_pad, max_len, beam=beam, lenpen=0.6,
-                                                 lenpen_style=style, nbest=nbest)):
+    for sentence, hypotheses in enumerate(search(model, src, src_pad, Constraints(max_len),
+                                                 LengthPenalty(0.6, style), beam=beam, nbest=nbest)):
         for h in hypotheses:
             assert len(h.token_log_probs) == len(h.tokens) + 1
             expected = [math.log(model.distribution(sentence + 10, tuple(h.tokens[:i]))[token])
                         for i, token in enumerate([*h.tokens, EOS])]
             assert h.token_log_probs == pytest.approx(expected, abs=1e-5)
-            lp = length_penalty(len(h.tokens) + 1.0, 0.6, style)
+            lp = LengthPenalty(0.6, style)(len(h.tokens) + 1.0)
             assert sum(h.token_log_probs) / lp == pytest.approx(h.score, abs=1e-5)
 
 
 def test_greedy_hand_computed() -> None:
     src, src_pad = scripted_sources(1)
-    [[hypothesis]] = greedy_search(table_model(), src, src_pad, torch.tensor([10]))
+    [[hypothesis]] = greedy_search(table_model(), src, src_pad, Constraints(torch.tensor([10])), LengthPenalty())
     assert hypothesis.tokens == [A, A]
     assert hypothesis.score == pytest.approx(math.log(0.135))
 
@@ -170,8 +172,8 @@ def test_greedy_hand_computed() -> None:
 def test_beam_one_is_greedy(lenpen: float) -> None:
     src, src_pad = scripted_sources(25)
     max_len = torch.randint(1, 12, (25,), generator=torch.Generator().manual_seed(0))
-    greedy = greedy_search(random_model(), src, src_pad, max_len, lenpen=lenpen, min_len=1)
-    beam = beam_search(random_model(), src, src_pad, max_len, beam=1, lenpen=lenpen, min_len=1)
+    greedy = greedy_search(random_model(), src, src_pad, Constraints(max_len, min_len=1), LengthPenalty(lenpen))
+    beam = beam_search(random_model(), src, src_pad, Constraints(max_len, min_len=1), LengthPenalty(lenpen), beam=1)
     assert [as_pairs(n) for n in beam] == [as_pairs(n) for n in greedy]
 
 
@@ -203,9 +205,9 @@ def test_batch_invariance(beam: int, nbest: int) -> None:
     """One batch of eight sentences of mixed length decodes exactly as eight batches of one."""
     model, rows = transformer(), random_sources([3, 9, 1, 6, 12, 4, 4, 7])
     max_len = torch.tensor([len(r) + 5 for r in rows])
-    options = dict(beam=beam, lenpen=0.6, nbest=nbest)
-    together = search(model, *padded(rows), max_len, **options)
-    alone = [search(model, *padded([r]), max_len[i : i + 1], **options)[0] for i, r in enumerate(rows)]
+    options = dict(penalty=LengthPenalty(0.6), beam=beam, nbest=nbest)
+    together = search(model, *padded(rows), Constraints(max_len), **options)
+    alone = [search(model, *padded([r]), Constraints(max_len[i : i + 1]), **options)[0] for i, r in enumerate(rows)]
     assert [[h.tokens for h in n] for n in together] == [[h.tokens for h in n] for n in alone]
     for n, m in zip(together, alone, strict=True):
         assert [h.score for h in n] == pytest.approx([h.score for h in m], abs=1e-4)
@@ -214,8 +216,8 @@ def test_batch_invariance(beam: int, nbest: int) -> None:
 def test_beam_one_is_greedy_on_a_transformer() -> None:
     model, rows = transformer(), random_sources([5, 2, 8, 3])
     max_len = torch.tensor([6, 9, 4, 7])
-    greedy = greedy_search(model, *padded(rows), max_len, lenpen=0.6)
-    beam = beam_search(model, *padded(rows), max_len, beam=1, lenpen=0.6)
+    greedy = greedy_search(model, *padded(rows), Constraints(max_len), LengthPenalty(0.6))
+    beam = beam_search(model, *padded(rows), Constraints(max_len), LengthPenalty(0.6), beam=1)
     assert [[h.tokens for h in n] for n in beam] == [[h.tokens for h in n] for n in greedy]
     assert [n[0].score for n in beam] == pytest.approx([n[0].score for n in greedy], abs=1e-5)
 
@@ -262,10 +264,10 @@ def test_search_passes_every_option_to_the_search_it_chooses(beam: int, monkeypa
 
     src, src_pad = scripted_sources(6)
     max_len = torch.full((6,), 8)
-    options = dict(lenpen=1.3, lenpen_style="fairseq", min_len=3)
-    expected = (greedy_search(random_model(), src, src_pad, max_len, **options) if beam == 1 else
-                beam_search(random_model(), src, src_pad, max_len, beam=beam, nbest=beam, **options))
-    got = search(random_model(), src, src_pad, max_len, beam=beam, nbest=beam, **options)
+    options = dict(constraints=Constraints(max_len, min_len=3), penalty=LengthPenalty(1.3, "fairseq"))
+    expected = (greedy_search(random_model(), src, src_pad, **options) if beam == 1 else
+                beam_search(random_model(), src, src_pad, beam=beam, nbest=beam, **options))
+    got = search(random_model(), src, src_pad, beam=beam, nbest=beam, **options)
     assert [as_pairs(n) for n in got] == [as_pairs(n) for n in expected]
     assert all(len(h.tokens) >= 3 for n in got for h in n)
 
@@ -274,6 +276,7 @@ def test_search_passes_every_option_to_the_search_it_chooses(beam: int, monkeypa
     monkeypatch.setattr(module, "greedy_search", lambda *a, **k: called.append("greedy") or greedy_search(*a, **k))
     monkeypatch.setattr(module, "beam_search", lambda *a, **k: called.append("beam") or beam_search(*a, **k))
     ends_at_once = ScriptedModel(lambda sentence, prefix: {EOS: 0.9, A: 0.1} if not prefix else {EOS: 1.0})
-    [defaults] = search(ends_at_once, *scripted_sources(1), torch.tensor([10]), beam=beam, lenpen=0.0)
+    [defaults] = search(ends_at_once, *scripted_sources(1), Constraints(torch.tensor([10])), LengthPenalty(0.0),
+                        beam=beam)
     assert called == ["greedy" if beam == 1 else "beam"]
     assert [h.tokens for h in defaults] == [[]]  # the empty translation is allowed, and only the best comes back

@@ -231,3 +231,16 @@ def test_a_quantizable_output_projection_is_the_embedding_matrix_itself() -> Non
     assert model.output_proj.bias is None
     torch.testing.assert_close(after, before)
     torch.testing.assert_close(before, F.linear(states, model.tgt_embed.weight))
+
+
+def test_state_bytes_are_what_a_search_s_decoder_state_holds() -> None:
+    """The figure a search checks memory by (`state_bytes`) is the state it then allocates: the rows' cache, the
+    spare that a reorder swaps in, and each sentence's cross-attention cache."""
+    model = tiny_model()
+    src, src_pad = batch(lengths=(7, 4, 9))
+    beams, max_len = 4, 11
+    state = model.init_state(model.encode(src, src_pad), src_pad, max_len)
+    state = state.reorder(torch.arange(3).repeat_interleave(beams))  # each sentence grown into its beams
+    state = state.reorder(torch.arange(3 * beams).flip(0).view(3, beams).flip(0).flatten())  # beams moved
+    held = sum(t.numel() * t.element_size() for t in (state.self_kv, state.spare, state.cross_kv))
+    assert model.state_bytes(3 * beams, 3, src.shape[1], max_len) == held

@@ -1,6 +1,7 @@
-"""Issue 25: how many translations each flag of `mtx translate --format jsonl` marks, and whether they are worse.
+"""Issue 25: how many translations each doubt (a "flag" of `mtx translate --format jsonl`) marks, and whether
+they are worse.
 
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/flags.py runs/demo-ema --steps 200 500
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/doubts.py runs/demo-ema --steps 200 500
 
 For each step checkpoint of the run (its translating weights, as `mtx translate` loads them), the run's test set
 is translated (the recipe's beam) with flags; one JSON line per checkpoint and flag: the lines it marks, and the
@@ -20,7 +21,7 @@ from sacrebleu.metrics import CHRF
 from mtx.checkpoint import load_model
 from mtx.config.recipe import DecodeConfig
 from mtx.data.prepared import load_split
-from mtx.decode.flags import FlagThresholds, training_statistics
+from mtx.decode.doubts import DoubtThresholds, training_statistics
 from mtx.decode.translator import Translator
 
 FLAGS = ("loop", "length_ratio", "copied", "low_log_prob")
@@ -40,9 +41,9 @@ def main() -> None:
         lang = checkpoint["recipe"]["data"]
         sources = (data / f"test.{lang['src_lang']}").read_text(encoding="utf-8").splitlines()
         refs = (data / f"test.{lang['tgt_lang']}").read_text(encoding="utf-8").splitlines()
-        thresholds = FlagThresholds.of_checkpoint({"data_stats": checkpoint.get("data_stats", measured)})
+        thresholds = DoubtThresholds.of_checkpoint({"data_stats": checkpoint.get("data_stats", measured)})
         translator = Translator(model, tokenizer, DecodeConfig.of_checkpoint(checkpoint, nbest=1),
-                                flag_thresholds=thresholds)
+                                doubt_thresholds=thresholds)
         best = [nbest[0] for nbest in translator.translate(sources)]
         scores = [chrf.sentence_score(t.text, [ref]).score for t, ref in zip(best, refs, strict=True)]
         config = {"run": str(args.run), "step": step, "sentences": len(sources),
@@ -50,7 +51,7 @@ def main() -> None:
                   "min_mean_log_prob": thresholds.min_mean_log_prob, "loop": thresholds.loop,
                   "mean_chrf": round(sum(scores) / len(scores), 2)}
         for name in (*FLAGS, "any"):
-            marked = [name in t.flags if name != "any" else bool(t.flags) for t in best]
+            marked = [name in t.doubts if name != "any" else bool(t.doubts) for t in best]
             inside = [s for s, m in zip(scores, marked, strict=True) if m]
             outside = [s for s, m in zip(scores, marked, strict=True) if not m]
             emit_info(f"flags.{name}", **config, marked=len(inside),

@@ -1,4 +1,4 @@
-"""Flags on doubtful output: why a translation deserves a human look (`mtx translate --format jsonl`, "flags").
+"""Doubts about a translation: why it deserves a human look (`mtx translate --format jsonl` lists them as "flags").
 
 Four ways a neural translation goes wrong without saying so, each checked on the translation's tokens:
 
@@ -12,7 +12,7 @@ The length-ratio bounds and the copy share come from the training data: the trai
 training pairs (`training_statistics`: the 0.5th and 99.5th percentiles of target / source length in tokens over
 up to a million of them, and the 99.5th percentile of the share of a target's tokens that occur in its source over
 20,000), evenly spaced through the corpus, and rank 0 stores them in every checkpoint (`data_stats`). A
-checkpoint without them (written before) gets the defaults of `FlagThresholds`. The loop length and the
+checkpoint without them (written before) gets the defaults of `DoubtThresholds`. The loop length and the
 log-probability bar are documented defaults: what a correct sentence never does, and a mean per-token
 probability below e^-1 ≈ 0.37.
 """
@@ -31,8 +31,8 @@ MAX_LOOP_NGRAM = 4
 
 
 @dataclass(frozen=True)
-class FlagThresholds:
-    """Where each flag starts; the defaults are for checkpoints that carry no statistics of their data."""
+class DoubtThresholds:
+    """Where each doubt starts; the defaults are for checkpoints that carry no statistics of their data."""
 
     length_ratio: tuple[float, float] = (0.5, 2.0)
     copied: float = 0.9
@@ -40,7 +40,7 @@ class FlagThresholds:
     loop: int = 3
 
     @classmethod
-    def of_checkpoint(cls, checkpoint: dict[str, Any]) -> FlagThresholds:
+    def of_checkpoint(cls, checkpoint: dict[str, Any]) -> DoubtThresholds:
         stats = checkpoint.get("data_stats") or {}
         defaults = cls()
         low, high = stats.get("length_ratio", defaults.length_ratio)
@@ -85,10 +85,10 @@ def longest_loop(tokens: Sequence[int]) -> int:
     return best
 
 
-def flags(source: Sequence[int], tokens: Sequence[int], token_log_probs: Sequence[float],
-          thresholds: FlagThresholds) -> list[str]:
-    """The flags of one translation: `source` its source's token ids (EOS excluded), `tokens` its own,
-    `token_log_probs` one per token and EOS."""
+def doubts(source: Sequence[int], tokens: Sequence[int], token_log_probs: Sequence[float],
+           thresholds: DoubtThresholds) -> list[str]:
+    """The doubts about one translation, by name (`loop`, `length_ratio`, `copied`, `low_log_prob`): `source`
+    its source's token ids (EOS excluded), `tokens` its own, `token_log_probs` one per token and EOS."""
     raised = []
     if longest_loop(list(tokens)) >= thresholds.loop:
         raised.append("loop")

@@ -1,4 +1,4 @@
-"""Scoring given translations (`mtx translate --score-reference`): the model's log-probability of each.
+"""Forced scores: the model's log-probability of given translations (`mtx translate --score-reference`).
 
 Forced decoding: the decoder is fed the given translation token by token, as search feeds its own choices, and
 each token's log-probability is read off the distribution of its step, EOS last. The total is log P(Y | X); divided
@@ -15,15 +15,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mtx.config.decode import LengthPenaltyStyle
-from mtx.decode.search import Hypothesis, IncrementalDecoder, length_penalty
+from mtx.decode.search import Hypothesis, IncrementalDecoder, LengthPenalty
 from mtx.tokenizer import BOS, EOS
 
 
 @torch.inference_mode()
-def score_targets(model: IncrementalDecoder, src: Tensor, src_pad: Tensor, targets: list[list[int]], *,
-                  lenpen: float, lenpen_style: LengthPenaltyStyle = "gnmt") -> list[Hypothesis]:
-    """Each target's tokens with its length-normalised score and its tokens' log-probabilities, EOS last.
+def forced_scores(model: IncrementalDecoder, src: Tensor, src_pad: Tensor, targets: list[list[int]],
+                  penalty: LengthPenalty) -> list[Hypothesis]:
+    """Each target's tokens with its score (normalised by `penalty`, the search's) and its tokens'
+    log-probabilities, EOS last.
 
     src, src_pad: (B, S); targets: B token lists, EOS excluded. All rows run to the longest target; a row's
     steps after its own EOS are computed and left unread (scoring is one pass, not a search).
@@ -43,6 +43,6 @@ def score_targets(model: IncrementalDecoder, src: Tensor, src_pad: Tensor, targe
     hypotheses = []
     for target, row_log_probs in zip(targets, chosen.tolist(), strict=True):
         token_log_probs = row_log_probs[: len(target) + 1]
-        score = sum(token_log_probs) / length_penalty(len(target) + 1.0, lenpen, lenpen_style)
+        score = sum(token_log_probs) / penalty(len(target) + 1.0)
         hypotheses.append(Hypothesis(list(target), score, token_log_probs))
     return hypotheses
