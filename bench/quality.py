@@ -23,8 +23,14 @@ Everything is resumable: each result is a file under --out, written once; a run 
 last checkpoint (mtx's exact resume); a larger budget trains on. One JSON line per result on stdout, progress on
 stderr, and the summary table (markdown, with the spreads) in <out>/summary.md and on stdout at the end.
 
+A grid outlives the machine it ran on: each result (its JSON line and its translations, which the bootstrap
+tests read) is also copied into --record, a folder of the repository (bench/results/quality-<size>), and a
+grid started where --out lacks them takes them from there. A run whose every result is recorded is not trained
+again, so a CPU grid of several hours grows session by session, and its table is rebuilt from the repository.
+
     nice .venv/bin/python bench/quality.py --size cpu --out runs/quality           # both pairs, 3 seeds
     .venv/bin/python bench/quality.py --size cpu --out runs/quality --summary-only  # the table of what is done
+    .venv/bin/python bench/quality.py --size cpu --record none ...                 # keep nothing in the repository
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -159,6 +166,7 @@ class Grid:
         self.parallel = args.parallel or self.size.parallel
         self.deadline = None if args.deadline_minutes is None else time.monotonic() + 60 * args.deadline_minutes
         self.vocab_size: int = args.vocab_size or self.size.vocab_size
+        self.record: Path | None = None if args.record in (None, "none") else Path(args.record).resolve()
         for budget in self.budgets:
             if budget % self.size.save_every or budget < AVERAGED * self.size.save_every:
                 raise SystemExit(f"a budget must be a multiple of {self.size.save_every} updates and at least "
@@ -264,9 +272,48 @@ class Grid:
             out.with_suffix(".tmp").rename(out)
         return out
 
+    def result_file(self, pair: str, row: Row, seed: int, budget: int, way: Way) -> Path:
+        """Where one result's JSON line is kept under --out; its translations beside it, named for the target."""
+        return self.run_dir(pair, row, seed) / "results" / f"{budget}-{way.name.replace('/', '-')}.json"
+
+    def results_of(self, pair: str, row: Row, seed: int) -> list[Path]:
+        """The result files of a run: one per budget and way of translating that the row is measured with."""
+        return [self.result_file(pair, row, seed, budget, way) for budget in self.budgets for way in WAYS
+                if way.rows is None or row.name in way.rows]
+
+    def restore(self) -> None:
+        """Copy into --out the recorded results it lacks (a fresh checkout's grid starts from the repository's)."""
+        if self.record is None or not self.record.is_dir():
+            return
+        for kept in [*self.record.glob("*/test.*"), *self.record.glob("*/*-seed*/results/*")]:
+            here = self.out / kept.relative_to(self.record)
+            if not here.exists():
+                here.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(kept, here)
+
+    def keep(self, *files: Path) -> None:
+        """Copy a new result's files into --record, the result last, so that a copy cut short leaves no result
+        without its translations."""
+        if self.record is None:
+            return
+        for file in files:
+            kept = self.record / file.relative_to(self.out)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, kept)
+
+    def references(self, pair: str, run: Path) -> list[str]:
+        """The test set's references as prepared (cleaned as every row's are), kept once per pair beside the runs
+        and in --record, for the bootstrap tests of a summary made where no run's data is prepared."""
+        _, tgt = pair.split("-")
+        kept = self.out / pair / f"test.{tgt}"
+        if not kept.exists():
+            shutil.copyfile(run / "data" / f"test.{tgt}", kept)
+            self.keep(kept)
+        return kept.read_text(encoding="utf-8").splitlines()
+
     def translated(self, pair: str, row: Row, seed: int, budget: int, way: Way) -> dict[str, Any]:
         run = self.run_dir(pair, row, seed)
-        result_file = run / "results" / f"{budget}-{way.name.replace('/', '-')}.json"
+        result_file = self.result_file(pair, row, seed, budget, way)
         if result_file.exists():
             return json.loads(result_file.read_text())
         src, tgt = pair.split("-")
@@ -277,7 +324,7 @@ class Grid:
                  "--beam", "4", "--lenpen", str(way.lenpen), "--lenpen-style", way.lenpen_style,
                  "--batch-tokens", str(self.size.decode_batch_tokens), "--threads", str(self.size.threads),
                  "--device", self.size.device, threads=self.size.threads)
-        references = (run / "data" / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
+        references = self.references(pair, run)
         scored = score(hypothesis.read_text(encoding="utf-8").splitlines(), [references], ("bleu", "chrf"))
         seconds_file = run / f"train-seconds-{max(self.budgets)}.json"
         result = {"name": "quality.run", "pair": pair, "row": row.name, "seed": seed, "budget": budget,
@@ -285,11 +332,15 @@ class Grid:
                   "chrf": round(scored["chrf"], 2), "ratio": round(scored["ratio"], 3),
                   "train_seconds": round(json.loads(seconds_file.read_text()), 1) if seconds_file.exists() else None}
         result_file.write_text(json.dumps(result), encoding="utf-8")
+        self.keep(hypothesis, result_file)
         return result
 
     def run(self, pair: str, row: Row, seed: int) -> list[dict[str, Any]]:
-        """Train one run and measure it every way at every budget."""
-        run = self.trained(pair, row, seed)
+        """Train one run and measure it every way at every budget; a run whose every result is there (recorded
+        by an earlier session) is neither trained nor translated again."""
+        run = self.run_dir(pair, row, seed)
+        if not all(path.exists() for path in self.results_of(pair, row, seed)):
+            self.trained(pair, row, seed)
         results = []
         for budget in self.budgets:
             for way in WAYS:
@@ -319,6 +370,7 @@ class Grid:
     def run_all(self) -> bool:
         """Every run of the grid, `parallel` at a time: False if any failed (the others are still done)."""
         # Each data folder prepared once, in parallel, before the runs that share it start.
+        self.restore()
         firsts = {self.data_dir(pair, row): (pair, row) for pair in self.pairs for row in self.rows}
         with ThreadPoolExecutor(self.parallel) as pool:
             list(pool.map(lambda job: self.prepared(*job, self.seeds[0]), firsts.values()))
@@ -389,8 +441,7 @@ def significance(grid: Grid, pair: str, row: str, budget: int, way: str, seeds: 
             return None
         hyps += here.read_text(encoding="utf-8").splitlines()
         base += there.read_text(encoding="utf-8").splitlines()
-        refs += (grid.out / pair / f"defaults-seed{seed}" / "data" / f"test.{tgt}").read_text(
-            encoding="utf-8").splitlines()
+        refs += (grid.out / pair / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
     return score(hyps, [refs], ("bleu",), baseline=base)["baseline"]["p_value"]["bleu"]
 
 
@@ -446,8 +497,14 @@ def main() -> None:
     parser.add_argument("--vocab-size", type=int, help="[default: the size's, 8,000 but for --size check]")
     parser.add_argument("--deadline-minutes", type=float, help="start no run after this long (then the summary)")
     parser.add_argument("--summary-only", action="store_true", help="only the table of the results already there")
+    parser.add_argument("--record", help="the results kept in the repository, taken from and added to; none: no "
+                        "record [default: bench/results/quality-<size>; none for --size check]")
     args = parser.parse_args()
+    if args.record is None and args.size != "check":
+        args.record = str(ROOT / "bench" / "results" / f"quality-{args.size}")
     grid = Grid(args)
+    if args.summary_only:
+        grid.restore()
     ok = args.summary_only or grid.run_all()
     print(summary(grid), end="")
     sys.exit(0 if ok else 1)

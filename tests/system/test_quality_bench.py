@@ -1,13 +1,15 @@
 """The quality benchmarks, so that they cannot rot between their long runs. bench/quality.py at its `check` size,
 end to end on a generated corpus: the script, not its figures, is under test: every row trains, every way of
-translating is scored, the summary has each row's spread and its bootstrap test against the defaults, and a
-rerun redoes nothing. bench/short_outputs.py on the copy-task model, whose outputs are short only against
-references made longer than what it learnt, and then by the model's choice, never the search's."""
+translating is scored, the summary has each row's spread and its bootstrap test against the defaults, a
+rerun redoes nothing, and the results recorded for the repository give the same table where no run is left.
+bench/short_outputs.py on the copy-task model, whose outputs are short only against references made longer than
+what it learnt, and then by the model's choice, never the search's."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +44,8 @@ def grid(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_the_grid_trains_translates_and_summarises_every_row(tmp_path: Path) -> None:
     corpus(tmp_path / "corpus")
-    done = grid(tmp_path)
+    record = tmp_path / "record"
+    done = grid(tmp_path, "--record", str(record))
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     runs = [r for r in records if r["name"] == "quality.run"]
@@ -80,6 +83,16 @@ def test_the_grid_trains_translates_and_summarises_every_row(tmp_path: Path) -> 
     assert "train " not in again.stderr and "prepare " not in again.stderr
     changed = [p for p, mtime in before.items() if p.stat().st_mtime_ns != mtime and p.name != "summary.md"]
     assert changed == []
+
+    # A fresh checkout (no --out) has the recorded results: the same table, bootstrap tests included, from the
+    # record alone, and a grid that trains nothing again.
+    shutil.rmtree(tmp_path / "grid")
+    recalled = grid(tmp_path, "--record", str(record), "--summary-only")
+    assert recalled.returncode == 0, recalled.stderr[-3000:]
+    assert [line for line in recalled.stdout.splitlines() if '"quality.mean"' in line] == [
+        line for line in done.stdout.splitlines() if '"quality.mean"' in line]
+    resumed = grid(tmp_path, "--record", str(record))
+    assert resumed.returncode == 0 and "train " not in resumed.stderr, resumed.stderr[-3000:]
 
 
 @pytest.mark.slow
