@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 DEMO   := runs/demo
 
-.PHONY: install install-extras test test-fast test-slow lint coverage mutants demo bench gpu-check gpu-quality clean
+.PHONY: install install-extras test test-fast test-slow lint coverage mutants demo docs docs-serve bench gpu-check gpu-quality clean
 
 install: $(STAMP)
 
@@ -21,9 +21,9 @@ $(STAMP): pyproject.toml
 
 # Every optional extra, with torch kept at its pin, so that no test of them skips: export (transformers,
 # safetensors, ctranslate2 for `mtx export`), report (matplotlib for `mtx report -o`), tensorboard, serve
-# (FastAPI, uvicorn and Swagger UI's files for `mtx serve`).
+# (FastAPI, uvicorn and Swagger UI's files for `mtx serve`), docs (MkDocs, for the site's strict build).
 install-extras: install
-	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,export,report,tensorboard,serve]'
+	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,export,report,tensorboard,serve,docs]'
 
 # The whole suite: unit, integration (the CLI pipeline), distributed (gloo) and slow system tests.
 test: install
@@ -84,6 +84,21 @@ demo: install $(REPORT_STAMP)
 	$(BIN)/mtx report $(DEMO) -o $(DEMO)/report.html
 	@echo "Open $(DEMO)/report.html in a browser; \`mtx report $(DEMO)\` prints the summary in the terminal."
 
+# The documentation site (mkdocs.yml, docs/): built strictly into site/ (a broken link, an anchor that is not
+# there or a failing generator stops it), or served at http://127.0.0.1:8000 with live reload. Needs Graphviz's
+# `dot` for the diagrams (apt-get install graphviz).
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,docs,serve]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict --quiet
+
+docs-serve: $(DOCS_STAMP)
+	$(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
 bench: install
 	bash bench/setup_env.sh
 	OMP_WAIT_POLICY=PASSIVE .bench-venv/bin/python bench/model.py
@@ -110,4 +125,4 @@ gpu-quality:
 	$(if $(OUT),cp runs/quality-gpu.jsonl runs/quality-gpu/summary.md $(OUT)/)
 
 clean:
-	rm -rf $(VENV) .bench-venv runs .pytest_cache .ruff_cache mutants mutants.log .coverage .coverage.* coverage-html
+	rm -rf $(VENV) .bench-venv runs site .pytest_cache .ruff_cache mutants mutants.log .coverage .coverage.* coverage-html

@@ -6,6 +6,7 @@ One module, so that no test file imports another; each part says which tests it 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import json
@@ -122,6 +123,72 @@ def chromium(*args: str, folder: Path) -> subprocess.CompletedProcess:
     command = [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={folder / 'profile'}",
                "--hide-scrollbars", "--force-device-scale-factor=1", "--virtual-time-budget=5000", *args]
     return subprocess.run(command, capture_output=True, timeout=120, check=True)
+
+
+class Browser:
+    """A headless Chromium driven through the DevTools protocol on a pipe (--remote-debugging-pipe: commands in on
+    file descriptor 3, answers out on 4, each a JSON message ended by a NUL byte), for what a page does after it
+    has loaded, such as a search that runs in a Web Worker, which --dump-dom's virtual time does not wait for."""
+
+    def __init__(self, folder: Path, *flags: str) -> None:
+        commands_in, self._commands = os.pipe()
+        self._answers, answers_out = os.pipe()
+
+        def on_three_and_four() -> None:  # in the child, before exec: where --remote-debugging-pipe looks
+            os.dup2(commands_in, 3)
+            os.dup2(answers_out, 4)
+
+        self.process = subprocess.Popen(
+            [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", "--remote-debugging-pipe",
+             f"--user-data-dir={folder / 'profile'}", *flags, "about:blank"],
+            pass_fds=(3, 4), preexec_fn=on_three_and_four, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(commands_in)
+        os.close(answers_out)
+        self._unread, self._last_id = b"", 0
+        target = self._call("Target.createTarget", None, url="about:blank")["targetId"]
+        self._session = self._call("Target.attachToTarget", None, targetId=target, flatten=True)["sessionId"]
+
+    def _call(self, method: str, session: str | None, **params: object) -> dict:
+        self._last_id += 1
+        message = {"id": self._last_id, "method": method, "params": params,
+                   **({"sessionId": session} if session else {})}
+        os.write(self._commands, json.dumps(message).encode() + b"\0")
+        while True:  # events arrive between answers: skip them
+            while b"\0" not in self._unread:
+                chunk = os.read(self._answers, 1 << 16)
+                assert chunk, "Chromium closed its DevTools pipe"
+                self._unread += chunk
+            raw, self._unread = self._unread.split(b"\0", 1)
+            answer = json.loads(raw)
+            if answer.get("id") == self._last_id:
+                assert "error" not in answer, answer["error"]
+                return answer["result"]
+
+    def open(self, url: str) -> None:
+        self._call("Page.navigate", self._session, url=url)
+
+    def evaluate(self, expression: str) -> object:
+        return self._call("Runtime.evaluate", self._session, expression=expression, returnByValue=True)["result"].get(
+            "value")
+
+    def wait_for(self, expression: str, timeout: float = 30.0) -> object:
+        """The value of `expression` in the page once it is truthy; None if it never is within `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if value := self.evaluate(expression):
+                return value
+            time.sleep(0.2)
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(AssertionError, OSError):  # it may be gone already
+            self._call("Browser.close", None)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        os.close(self._commands)
+        os.close(self._answers)
 
 
 def png_pixels(png: bytes) -> tuple[int, int, list[bytes]]:

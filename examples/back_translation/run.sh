@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Back-translation on the demo grammar, end to end (README, "Beyond the paper"): a low-resource pair (3,000 parallel
+# Back-translation on the demo grammar, end to end (docs/guides/back-translation.md): a low-resource pair (3,000 parallel
 # sentences) with 20,000 monolingual German sentences. The reverse model back-translates them with beam search and
 # with sampling; forward models train on the parallel data alone, with beam back-translations, with sampled ones,
 # and with tagged beam ones; then each one's test BLEU, as a Markdown table.

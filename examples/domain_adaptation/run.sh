@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Domain adaptation on the demo grammar, end to end (README, "Beyond the paper"): a general model, a model of the
+# Domain adaptation on the demo grammar, end to end (docs/guides/fine-tuning.md): a general model, a model of the
 # small in-domain corpus alone, the general model fine-tuned on it, and both corpora mixed with the in-domain one
 # upsampled; then each model's BLEU on the in-domain test and on the general test, as a Markdown table.
 #

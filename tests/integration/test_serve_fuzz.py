@@ -55,7 +55,7 @@ def api(fuzzed: Server):
     schema = schemathesis.openapi.from_url(f"http://127.0.0.1:{fuzzed.port}/openapi.json")
     schema.config.generation.update(modes=list(schemathesis.GenerationMode), deterministic=True)
     schema.config.phases.update(phases=["examples", "coverage", "fuzzing"])
-    # 413 is this server's refusal of too many sentences or too long ones (the README's table of answers).
+    # 413 is this server's refusal of too many sentences or too long ones (docs/guides/serving.md's table of answers).
     rejection = schema.config.checks.negative_data_rejection
     rejection.expected_statuses = [*rejection.expected_statuses, "413"]
     return schema

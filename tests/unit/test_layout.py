@@ -157,7 +157,7 @@ def test_the_map_finds_what_a_docstring_lists() -> None:
 @pytest.mark.parametrize("init", [PACKAGE / "__init__.py", *sorted(PACKAGE.glob("*/__init__.py"))],
                          ids=lambda init: init.parent.name)
 def test_each_package_docstring_is_its_module_map(init: Path) -> None:
-    """The package's docstring is the one map of its modules (README links to these): it names every module
+    """The package's docstring is the one map of its modules (the docs link to these): it names every module
     and subpackage, and nothing that is not there. The __init__ holds nothing else: no code to find there."""
     tree = ast.parse(init.read_text(encoding="utf-8"))
     docstring = ast.get_docstring(tree, clean=False) or ""

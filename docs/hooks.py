@@ -1,0 +1,265 @@
+"""MkDocs hooks: the pages and pictures of the site that are generated from the code at build time, so that they
+cannot drift from it.
+
+    reference/cli.md       every `mtx` command, its help and its options, read off the Typer application
+    reference/recipe.md    every recipe key with its type, range, default and help (what `mtx config --keys` lists)
+    reference/http.md      `mtx serve`'s HTTP API, from the OpenAPI document of the server's own application
+    reference/openapi.json that document, to download
+    diagrams/NAME.svg      each docs/diagrams/NAME.dot drawn by Graphviz's `dot` (Debian's graphviz package)
+
+A page may also hold `<!-- mtx: demo-commands -->`, replaced by the commands `make demo` runs as the Makefile
+spells them (the one place they are kept; tests/integration/test_docs.py runs them). The generators are plain
+functions of the code, so the tests call them directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import inspect
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from mtx.config.keys import LIST_ITEM, KeyHelp, all_keys
+
+ROOT = Path(__file__).resolve().parent.parent
+DIAGRAMS = ROOT / "docs" / "diagrams"
+DEMO_COMMANDS = "<!-- mtx: demo-commands -->"
+
+
+# ----------------------------------------------------------------------------------------------- the command line
+
+
+def cli_reference() -> str:
+    """One section per command, in the order `mtx --help` lists them: its usage, its help and a table of its
+    arguments and options as `mtx COMMAND --help` words them (defaults and ranges included)."""
+    import typer.main
+
+    from mtx.cli import app
+
+    group = typer.main.get_command(app)
+    root = group.make_context("mtx", [], resilient_parsing=True)
+    parts = ["# Command line\n",
+             "Every command of `mtx`, generated from the command line itself: what `mtx COMMAND --help` prints, "
+             "laid out as tables. Global options come before the command: `mtx --debug translate ...` shows "
+             "tracebacks instead of one-paragraph errors.\n",
+             _options_table([p.get_help_record(root) for p in group.get_params(root)]),
+             "\n| command | what it does |\n|---|---|"]
+    commands = list(group.commands.items())
+    parts += [f"| [`mtx {name}`](#mtx-{name}) | {_cell(command.get_short_help_str(limit=120))} |"
+              for name, command in commands]
+    for name, command in commands:
+        ctx = command.make_context(name, [], parent=root, resilient_parsing=True)
+        records = [r for p in command.get_params(ctx) if (r := p.get_help_record(ctx)) is not None]
+        usage = " ".join(["mtx", name, *command.collect_usage_pieces(ctx)])
+        parts += [f"\n## mtx {name} {{#mtx-{name}}}\n", f"```text\n{usage}\n```\n", _paragraphs(command.help or ""),
+                  _options_table(records)]
+    return "\n".join(parts) + "\n"
+
+
+def _options_table(records: list[tuple[str, str] | None]) -> str:
+    rows = [f"<tr><td><code>{html.escape(opts)}</code></td><td>{html.escape(help_)}</td></tr>"
+            for record in records if record is not None for opts, help_ in [record]]
+    return ("<table><thead><tr><th>option</th><th>what it does</th></tr></thead><tbody>\n"
+            + "\n".join(rows) + "\n</tbody></table>\n")
+
+
+def _paragraphs(text: str) -> str:
+    """A docstring's paragraphs as HTML, escaped: help text is not Markdown (it holds `*`, `<TAB>`, `|`)."""
+    blocks = [" ".join(line.strip() for line in block.splitlines()) for block in inspect.cleandoc(text).split("\n\n")]
+    return "\n".join(f"<p>{html.escape(block)}</p>" for block in blocks if block) + "\n"
+
+
+def _cell(text: str) -> str:
+    return html.escape(text).replace("|", "&#124;")
+
+
+# ----------------------------------------------------------------------------------------------- the recipe keys
+
+
+def recipe_reference() -> str:
+    """Every recipe key, one table per section, each row with the key's own anchor (`recipe.md#train.max_tokens`)."""
+
+    parts = ["# Recipe keys\n",
+             "Every key a recipe may hold, generated from the recipe's dataclasses (`mtx/config/`): the same list "
+             "as `mtx config --keys`, which with a recipe also shows that recipe's own values. Any key can be set "
+             "on the command line with `--set KEY=VALUE`, typed as YAML types it. Keys under `data.sources[i]` "
+             "belong to each item of the list `data.sources`.\n"]
+    sections: dict[str, tuple[str, list[KeyHelp]]] = {"": ("The keys at the top of a recipe.", [])}
+    for key in all_keys():  # depth first: a section's own keys may follow its subsections'
+        if key.section:
+            sections[key.key] = (key.help, [])
+        else:
+            parent = key.key.rsplit(".", 1)[0] if "." in key.key else ""
+            sections[parent.removesuffix(LIST_ITEM)][1].append(key)  # data.sources[i].tag is data.sources's
+    for name, (help_, keys) in sections.items():
+        level = "##" if "." not in name else "###"
+        parts.append(f"{level} {name or 'The run'} {{#{_anchor(name) or 'run'}}}\n\n{html.escape(help_)}\n")
+        if keys:
+            parts.append("<table><thead><tr><th>key</th><th>type</th><th>default</th><th>what it does</th></tr>"
+                         "</thead><tbody>\n" + "\n".join(_key_row(key) for key in keys) + "\n</tbody></table>\n")
+    return "\n".join(parts)
+
+
+def _anchor(key: str) -> str:
+    """A key's anchor on the page: its dotted name, a list's items without their [i] (data.sources.tag)."""
+    return html.escape(key.replace(LIST_ITEM, ""))
+
+
+def _key_row(key: Any) -> str:
+    kind = key.type + ("" if key.range is None else f", {key.range}")
+    default = "required" if key.default is None else f"<code>{html.escape(key.default)}</code>"
+    return (f'<tr id="{_anchor(key.key)}"><td><code>{html.escape(key.key)}</code></td><td>{html.escape(kind)}</td>'
+            f"<td>{default}</td><td>{html.escape(key.help)}</td></tr>")
+
+
+# ----------------------------------------------------------------------------------------------- the HTTP API
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document of `mtx serve`'s application with the command's default limits, before a model is
+    loaded (the rules only a model can state, such as its decoder layers, are added by a running server's
+    /openapi.json)."""
+    from mtx.serve.app import create_app
+    from mtx.serve.command import serve
+    from mtx.serve.service import Limits, TranslationService
+
+    default = {name: p.default for name, p in inspect.signature(serve).parameters.items()}
+    limits = Limits(**{f.name: default[f.name] for f in dataclasses.fields(Limits)})
+    service = TranslationService([], device="cpu", dtype="fp32", threads=1, batch_tokens=default["batch_tokens"],
+                                 max_wait=default["max_wait_ms"] / 1000, max_queue=default["max_queue"], limits=limits)
+    return create_app(service, on_failed_load=lambda: None).openapi()
+
+
+def http_reference(document: dict[str, Any]) -> str:
+    """The paths of the document, each with its request's fields and its answers; the limits quoted are the
+    defaults of `mtx serve`'s flags."""
+    schemas = document["components"]["schemas"]
+    parts = ["# HTTP API\n",
+             f"`mtx serve` answers over HTTP ({html.escape(document['info']['description'])}) This page is "
+             "generated from the server's own OpenAPI document, with `mtx serve`'s default limits "
+             "(`--max-sentences`, `--max-chars`, `--max-beam`); a running server publishes its document, with its "
+             "own limits and the loaded model's rules, at `/openapi.json` and shows it at `/docs`. "
+             "[This document as JSON](openapi.json). Every answer that is not a translation is "
+             '`{"error": message}`, with `"field"` naming the request field at fault where there is one.\n']
+    for path, methods in document["paths"].items():
+        for method, operation in methods.items():
+            anchor = f"{method}-{path.strip('/').replace('/', '-')}"
+            parts.append(f"## {method.upper()} {path} {{#{anchor}}}\n")
+            parts.append(_paragraphs(operation.get("description") or operation.get("summary", "")))
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            if body is not None:
+                parts += ["### Request body\n", _paragraphs(body.get("description", "")), _fields(body, schemas)]
+            parts.append("### Answers\n")
+            for status, answer in operation["responses"].items():
+                schema = next(iter(answer.get("content", {}).values()), {}).get("schema", {})
+                name = _ref_name(schema)
+                shape = f" — `{name}`" if name else ""
+                parts.append(f"- **{status}** {html.escape(answer.get('description', ''))}{shape}")
+            parts.append("")
+    parts.append("## Schemas {#schemas}\n")
+    for name, schema in schemas.items():
+        if name in ("HTTPValidationError", "ValidationError"):
+            continue  # FastAPI's own, never sent: this server answers 400 with {"error", "field"}
+        parts += [f"### {name} {{#schema-{name.lower()}}}\n", _paragraphs(schema.get("description", "")),
+                  _fields(schema, schemas)]
+    return "\n".join(parts) + "\n"
+
+
+def _fields(schema: dict[str, Any], schemas: dict[str, Any]) -> str:
+    required = set(schema.get("required", []))
+    rows = []
+    for name, field in schema.get("properties", {}).items():
+        default = "required" if name in required else (
+            "—" if "default" not in field else f"<code>{html.escape(json.dumps(field['default']))}</code>")
+        rows.append(f"<tr><td><code>{html.escape(name)}</code></td><td>{html.escape(_type(field, schemas))}</td>"
+                    f"<td>{default}</td><td>{html.escape(field.get('description', ''))}</td></tr>")
+    if not rows:
+        return ""
+    return ("<table><thead><tr><th>field</th><th>type</th><th>default</th><th>what it is</th></tr></thead><tbody>\n"
+            + "\n".join(rows) + "\n</tbody></table>\n")
+
+
+def _type(field: dict[str, Any], schemas: dict[str, Any]) -> str:
+    """A JSON Schema in words, with its range: "integer ≥ 1, ≤ 16 or null", "array of string (at most 256)"."""
+    if "$ref" in field:
+        return _ref_name(field)
+    if "anyOf" in field:
+        return " or ".join(_type(option, schemas) for option in field["anyOf"])
+    if "enum" in field:
+        return "one of " + ", ".join(json.dumps(v) for v in field["enum"])
+    if "const" in field:
+        return json.dumps(field["const"])
+    kind = field.get("type", "any")
+    if kind == "array":
+        words = "array of " + _type(field.get("items", {}), schemas)
+        return words + (f" (at most {field['maxItems']:,} items)" if "maxItems" in field else "")
+    bounds = [f"{sign} {field[key]:g}" for key, sign in (("minimum", "≥"), ("exclusiveMinimum", ">"),
+                                                           ("maximum", "≤"), ("exclusiveMaximum", "<"))
+              if key in field]
+    if "maxLength" in field:
+        bounds.append(f"of at most {field['maxLength']:,} characters")
+    return kind + (" " + ", ".join(bounds) if bounds else "")
+
+
+def _ref_name(schema: dict[str, Any]) -> str:
+    ref = schema.get("$ref") or schema.get("items", {}).get("$ref", "")
+    return ref.rsplit("/", 1)[-1]
+
+
+# ----------------------------------------------------------------------------------------------- diagrams, demo
+
+
+def draw(source: Path) -> str:
+    """A Graphviz source drawn as SVG by Debian's `dot`; the build fails with what to install if it is missing."""
+    dot = shutil.which("dot")
+    if dot is None:
+        from mkdocs.exceptions import PluginError
+
+        raise PluginError(f"Drawing {source.name} needs Graphviz's dot: apt-get install graphviz (or brew install "
+                          "graphviz).")
+    svg = subprocess.run([dot, "-Tsvg", str(source)], capture_output=True, text=True, check=True).stdout
+    return re.sub(r"<!--.*?-->\n?", "", svg, flags=re.S)  # dot's comments carry its version: the SVG stays stable
+
+
+def demo_commands(makefile: Path = ROOT / "Makefile") -> list[str]:
+    """The mtx commands of the Makefile's `demo` target, as a user types them in the repository."""
+    text = makefile.read_text(encoding="utf-8")
+    target = re.search(r"^demo:.*\n((?:\t.*\n)+)", text, flags=re.M)
+    if target is None:
+        raise ValueError("the Makefile has no demo target")
+    variables = dict(re.findall(r"^(\w+)\s*:?=\s*(.*?)\s*$", text, flags=re.M))
+    commands = []
+    for line in target.group(1).splitlines():
+        line = line.strip()
+        if line.startswith("$(BIN)/mtx") and ".tmp" not in line:  # the --json line writes score.json atomically
+            commands.append(line.replace("$(BIN)/", "").replace("$(DEMO)", variables["DEMO"]))
+    return commands
+
+
+# ----------------------------------------------------------------------------------------------- MkDocs' hooks
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """Add the generated pages and the drawn diagrams to the site."""
+    from mkdocs.structure.files import File
+
+    document = openapi_document()
+    generated = {"reference/cli.md": cli_reference(), "reference/recipe.md": recipe_reference(),
+                 "reference/http.md": http_reference(document),
+                 "reference/openapi.json": json.dumps(document, indent=2, ensure_ascii=False) + "\n",
+                 **{f"diagrams/{source.stem}.svg": draw(source) for source in sorted(DIAGRAMS.glob("*.dot"))}}
+    for path, content in generated.items():
+        files.append(File.generated(config, path, content=content))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if DEMO_COMMANDS in markdown:
+        markdown = markdown.replace(DEMO_COMMANDS, "```bash\n" + "\n".join(demo_commands()) + "\n```")
+    return markdown
+

@@ -1,0 +1,282 @@
+"""The documentation site: it builds strictly from a checkout, its references are generated from the code and name
+everything there is, nothing of the old README is lost, the commands of its Get started page run, and it works
+in a real browser with no network.
+
+The site is built once per session by `mkdocs build --strict` (docs/hooks.py generates the references and draws
+the diagrams), which needs the docs extra, mtx[serve] (the HTTP reference is the server's own OpenAPI document)
+and Graphviz's dot; without them these tests skip, as CI installs all three (.ci/run, `make install-extras`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from support import CHROMIUM, Browser, chromium, png_pixels
+
+ROOT = Path(__file__).resolve().parents[2]
+README_LINES = 200
+
+# The headings of the README before the site existed (1,166 lines at 7c2bba1): each is a heading of the site.
+OLD_README_HEADINGS = [
+    "mtx", "Set-up: two commands", "A tour", "Recipes: one YAML file per run", "mtx prepare: data",
+    "mtx train: one CPU, one GPU, many GPUs on many nodes", "mtx average",
+    "mtx export: to Hugging Face and CTranslate2", "mtx translate", "Serving: mtx serve",
+    "mtx inspect: what every head saw", "mtx score", "mtx report: how runs went", "The model", "Beyond the paper",
+    "Several corpora, tagged and weighted", "Fine-tuning", "Back-translation, end to end",
+    "EMA: a moving average of the weights", "Subword vocabularies: styles and BPE-dropout",
+    "Which defaults, measured", "Errors", "Speed", "Development", "Where things are",
+]
+
+needs_site = pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("fastapi") is None
+    or shutil.which("dot") is None,
+    reason="the site needs the docs and serve extras (make install-extras) and Graphviz's dot (apt-get install "
+    "graphviz)")
+
+
+def hooks():
+    """docs/hooks.py, the generators, imported as MkDocs imports it."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site as `make docs` builds it: strictly, so a broken link or anchor, a page missing from the
+    navigation or a failing generator fails here."""
+    out = tmp_path_factory.mktemp("site")
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert result.returncode == 0, result.stderr[-5000:]
+    return out
+
+
+def headings(page: str) -> list[str]:
+    """The text of a built page's h1–h6, tags and the permalink sign removed."""
+    found = re.findall(r"<h([1-6])[^>]*>(.*?)</h\1>", page, flags=re.S)
+    return [html.unescape(re.sub(r"<[^>]+>", "", text)).replace("¶", "").strip() for _, text in found]
+
+
+@needs_site
+def test_every_heading_of_the_old_readme_is_a_heading_of_the_site(site: Path) -> None:
+    in_site = {h for page in site.rglob("*.html") for h in headings(page.read_text(encoding="utf-8"))}
+    missing = [h for h in OLD_README_HEADINGS if h not in in_site]
+    assert not missing, f"README headings with no page: {missing}"
+
+
+def test_the_readme_is_short_and_links_into_the_site() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= README_LINES
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", readme)
+    assert len(links) >= 10
+    for link in links:
+        assert (ROOT / link).is_file(), link
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+
+    def pages(entry) -> list[str]:
+        if isinstance(entry, str):
+            return [entry]
+        if isinstance(entry, list):
+            return [p for item in entry for p in pages(item)]
+        return [p for value in entry.values() for p in pages(value)]
+
+    generated = {"reference/cli.md", "reference/recipe.md", "reference/http.md"}
+    for page in pages(nav):
+        assert page in generated or (ROOT / "docs" / page).is_file(), page
+    assert "make demo" in readme and "make test" in readme
+
+
+@needs_site
+def test_the_recipe_reference_names_every_key_with_its_default(site: Path) -> None:
+    from mtx.config.keys import LIST_ITEM, all_keys
+
+    page = (site / "reference" / "recipe.html").read_text(encoding="utf-8")
+    for key in all_keys():
+        anchor = key.key.replace(LIST_ITEM, "")
+        assert f'id="{anchor}"' in page, key.key
+    row = re.search(r'<tr id="train.update_tokens">(.*?)</tr>', page, flags=re.S).group(1)
+    (update_tokens,) = [k for k in all_keys() if k.key == "train.update_tokens"]
+    assert html.escape(update_tokens.help, quote=True) in row or update_tokens.help in html.unescape(row)
+
+
+@needs_site
+def test_the_cli_reference_holds_every_command_and_option(site: Path) -> None:
+    import typer.main
+
+    from mtx.cli import app
+
+    page = html.unescape((site / "reference" / "cli.html").read_text(encoding="utf-8"))
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        assert f'id="mtx-{name}"' in page, name
+        for param in command.params:
+            for opt in param.opts:
+                if opt.startswith("-"):
+                    assert opt in page, f"mtx {name} {opt}"
+    assert "Must be in [0, 10]. [default: the recipe's, 1.0]" in page  # --lenpen's help, made from its field
+
+
+@needs_site
+def test_the_http_reference_is_the_servers_own_document(site: Path) -> None:
+    from mtx.config.decode import DecodeConfig
+
+    page = html.unescape((site / "reference" / "http.html").read_text(encoding="utf-8"))
+    document = json.loads((site / "reference" / "openapi.json").read_text(encoding="utf-8"))
+    assert set(document["paths"]) == {"/translate", "/health", "/metrics"}
+    for anchor in ("post-translate", "get-health", "get-metrics"):
+        assert f'id="{anchor}"' in page
+    for field in dataclasses.fields(DecodeConfig):
+        assert f"<code>{field.name}</code>" in page, field.name
+    assert "at most 256 (--max-sentences)" in page  # the serve command's default limit
+
+
+def test_the_generated_pages_follow_the_code_they_are_made_from(tmp_path: Path) -> None:
+    """Made at build time from the code, so nothing to keep current by hand: a key, an option or a demo command
+    added to the code is on the page. The Makefile's demo target is the one place the demo's commands are."""
+    generators = hooks()
+    commands = generators.demo_commands()
+    assert commands[0] == "mtx prepare recipes/demo.yaml" and commands[1] == "mtx train recipes/demo.yaml"
+    assert all(c.startswith("mtx ") and "$(" not in c for c in commands)
+    makefile = tmp_path / "Makefile"
+    makefile.write_text("DEMO := runs/x\ndemo: install\n\t$(BIN)/mtx prepare a.yaml\n\t@echo hi\n"
+                        "\t$(BIN)/mtx score -r $(DEMO)/ref -i $(DEMO)/hyp\n\nother:\n\t$(BIN)/mtx no\n")
+    assert generators.demo_commands(makefile) == ["mtx prepare a.yaml", "mtx score -r runs/x/ref -i runs/x/hyp"]
+    reference = generators.recipe_reference()
+    assert '<tr id="decode.lenpen">' in reference and '<tr id="data.sources.tag">' in reference
+    assert "## The run {#run}" in reference
+
+
+def get_started_commands() -> list[str]:
+    """Every shell command shown on the Get started page, the demo's as the build inserts them."""
+    page = (ROOT / "docs" / "get-started.md").read_text(encoding="utf-8")
+    page = page.replace(hooks().DEMO_COMMANDS, "```bash\n" + "\n".join(hooks().demo_commands()) + "\n```")
+    blocks = re.findall(r"```bash\n(.*?)```", page, flags=re.S)
+    lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+@pytest.mark.slow
+def test_every_command_of_the_get_started_page_runs(tmp_path: Path) -> None:
+    """The page's `make` targets exist (`make -n`: `make test` is this suite, `make demo` is the commands below),
+    and its mtx commands run as shown from a directory laid out as the repository is, with a demo recipe cut to
+    60 updates of 1,024 tokens so that the test takes a minute: every command exits 0 but the BLEU gate, which
+    must refuse the undertrained model (it is what makes `make demo` fail when the model did not learn)."""
+    commands = get_started_commands()
+    assert "make demo" in commands and "make test" in commands
+    for target in [c.split()[1] for c in commands if c.startswith("make ")]:
+        subprocess.run(["make", "-n", target], cwd=ROOT, check=True, capture_output=True, timeout=60)
+    demo = yaml.safe_load((ROOT / "recipes" / "demo.yaml").read_text(encoding="utf-8"))
+    demo["data"]["source"]["demo"] = {"pairs": 3000, "valid": 40, "test": 40}
+    demo["train"].update(max_tokens=1024, max_steps=60, save_every=10, validate_every=60, valid_max_sentences=20,
+                         log_every=10, warmup=20, bleu_milestones=[])
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "demo.yaml").write_text(yaml.safe_dump(demo), encoding="utf-8")
+    for name in ("wmt14_en_de_base.yaml",):
+        shutil.copy(ROOT / "recipes" / name, tmp_path / "recipes" / name)
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    ran = []
+    for command in commands:
+        if command.startswith("make "):
+            continue
+        words = command.split()
+        assert words[0] == "mtx", command
+        if words[1] == "report" and importlib.util.find_spec("matplotlib") is None:
+            continue  # mtx[report]: make demo installs it
+        result = subprocess.run([sys.executable, "-m", "mtx", *words[1:]], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=600, env=env)
+        if "--min-bleu" in words:
+            assert result.returncode == 1 and "below" in result.stderr.lower(), result.stderr
+        else:
+            assert result.returncode == 0, f"{command}:\n{result.stderr[-2000:]}"
+        ran.append(words[1])
+    assert {"prepare", "train", "average", "translate", "score", "config"} <= set(ran)
+    assert (tmp_path / "runs" / "demo" / "test.hyp").stat().st_size > 0
+
+
+# ------------------------------------------------------------------------------------------------- in a browser
+
+
+@pytest.fixture(scope="module")
+def served(site: Path):
+    """The site on a static server at 127.0.0.1, as `python -m http.server -d site` serves it."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+OFFLINE = ("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--disable-background-networking",
+           "--disable-component-update", "--no-first-run", "--disable-sync")
+
+
+def page_requests(net_log: Path) -> list[str]:
+    """The URLs a page asked for, from Chromium's network log: the requests with an initiator (the browser's own,
+    such as its clock or its updater, have none)."""
+    text = net_log.read_text(encoding="utf-8").rstrip()
+    events = json.loads(text if text.endswith("}") else text.rstrip(",") + "]}")["events"]
+    return [e["params"]["url"] for e in events if isinstance(e.get("params"), dict) and "url" in e["params"]
+            and e["params"].get("initiator", "not an origin") != "not an origin"]
+
+
+@needs_site
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian's chromium)")
+@pytest.mark.parametrize("page", ["index.html", "guides/decoding.html", "reference/cli.html",
+                                  "reference/http.html"])
+def test_pages_render_in_a_browser_with_no_request_leaving_the_machine(served: str, page: str, tmp_path: Path
+                                                                       ) -> None:
+    net_log, shot = tmp_path / "net.json", tmp_path / "page.png"
+    chromium(f"--log-net-log={net_log}", f"--screenshot={shot}", "--window-size=1200,900", *OFFLINE,
+             f"{served}/{page}", folder=tmp_path)
+    requests = page_requests(net_log)
+    assert any(url.startswith(served) and url.endswith(".css") for url in requests), requests  # it loaded its own
+    outside = [url for url in requests if not url.startswith((served, "data:", "blob:"))]
+    assert not outside, outside
+    width, height, rows = png_pixels(shot.read_bytes())
+    step = len(rows[0]) // width
+    dark = sum(1 for row in rows for i in range(0, len(row), step) if max(row[i:i + 3]) < 110)
+    assert dark > 2000, "the page shows almost no text"
+    dom = chromium("--dump-dom", *OFFLINE, f"{served}/{page}", folder=tmp_path).stdout.decode()
+    assert 'class="md-nav' in dom and "md-content" in dom
+
+
+@needs_site
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian's chromium)")
+def test_the_search_box_finds_a_recipe_key_offline(served: str, tmp_path: Path) -> None:
+    """Typed into the search box of the front page, update_tokens leads to its row of the recipe reference."""
+    browser = Browser(tmp_path, *OFFLINE)
+    try:
+        browser.open(f"{served}/index.html")
+        assert browser.wait_for("document.querySelector('[data-md-component=search-query]') !== null")
+        browser.evaluate("""(() => { const box = document.querySelector('[data-md-component=search-query]');
+                                    box.focus(); box.value = 'update_tokens';
+                                    box.dispatchEvent(new KeyboardEvent('keyup', {key: 's'}));
+                                    box.dispatchEvent(new Event('input')); })()""")
+        found = browser.wait_for("""[...document.querySelectorAll('.md-search-result__item a')]
+                                   .map(a => a.getAttribute('href')).filter(h => h.includes('reference/recipe.html'))
+                                   .join(' ')""")
+    finally:
+        browser.close()
+    assert found, "the search found no recipe key"
