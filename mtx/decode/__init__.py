@@ -11,5 +11,6 @@
     alignment    word alignments from one decoder layer's cross-attention, carried through the search
     doubts       why a translation deserves a human look (jsonl's "flags"), by thresholds from the training data
     output       the output formats: text, n-best, jsonl
+    shards       one shard of a file to translate (--shard K/N), and its output, resumable line by line
     command      `mtx translate`: a stream of lines in, one translation per line out
 """

@@ -36,6 +36,7 @@ import typer
 
 from mtx.config.decode import DecodeConfig, flag_name
 from mtx.config.fields import bounds_of
+from mtx.decode.shards import Shard, ShardOutput, file_identity
 from mtx.errors import MtxError
 
 if TYPE_CHECKING:
@@ -123,6 +124,11 @@ def translate(
     line_offset: Annotated[int, typer.Option(
         metavar="N", help="The index of the input's first line in a larger file it was cut from, so that a shard's "
         "samples are those the whole file would get (split -l L; shard k takes --line-offset k·L).")] = 0,
+    shard: Annotated[str | None, typer.Option(
+        metavar="K/N", help="Translate only shard K of N (1 ≤ K ≤ N) of the -i file, one of N contiguous runs of its "
+        "lines, to -o: the N outputs concatenated in order are the whole file's. Written to OUT.partial and renamed "
+        "OUT when complete; run again after an interruption, it goes on from the first missing line, and a shard "
+        "whose OUT exists is skipped.")] = None,
     prefix: Annotated[Path | None, typer.Option(
         metavar="FILE", help="A target prefix per input line (an empty line: none): each translation starts with "
         "exactly that text, and the search goes on from it.")] = None,
@@ -174,14 +180,16 @@ def translate(
     translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
                    threads=threads, errors=errors, log=sys.stderr.write, alignment=alignment,
                    alignment_layer=alignment_layer, output_format=format_, line_offset=line_offset,
-                   prefix_path=prefix, reference_path=score_reference)
+                   prefix_path=prefix, reference_path=score_reference,
+                   shard=None if shard is None else Shard.parse(shard))
 
 
 def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_path: Path | None, *,
                    options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
                    threads: int | None, errors: Errors, log: Callable[[str], None], alignment: bool = False,
                    alignment_layer: int | None = None, output_format: OutputFormat = "text", line_offset: int = 0,
-                   prefix_path: Path | None = None, reference_path: Path | None = None) -> TranslationStats:
+                   prefix_path: Path | None = None, reference_path: Path | None = None,
+                   shard: Shard | None = None) -> TranslationStats:
     """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
 
     Several `checkpoints` translate as one ensemble (mtx.decode.ensemble), every model on the same device in the same
@@ -191,19 +199,22 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     None: `default_alignment_layer`) of the first model, which only applies with it. `output_format` "jsonl"
     writes `json_line`s instead of text lines. `line_offset` is the index of the input's first line in a larger
     file (sampling's draws depend on it). `prefix_path` gives a target prefix per line; `reference_path` a
-    translation per line to score instead of searching (`Translator.forced_scores`).
+    translation per line to score instead of searching (`Translator.forced_scores`). `shard` translates one shard
+    of the input file, resumably (mtx.decode.shards).
     """
     from mtx.checkpoint import describe_checkpoint
     from mtx.decode.alignment import aligning_layer
     from mtx.decode.doubts import DoubtThresholds
     from mtx.decode.output import OutputFormat, score_writer, search_writer
-    from mtx.decode.translator import Dtype, Translator, load_prepared
+    from mtx.decode.translator import Dtype, TranslationStats, Translator, load_prepared
     from mtx.devices import DeviceName
 
     for flag, value, allowed in (("--device", device, DeviceName), ("--dtype", dtype, Dtype),
                                  ("--errors", errors, Errors), ("--format", output_format, OutputFormat)):
         check_choice(flag, value, allowed)
     check_files(input_path, output_path, line_offset)
+    if shard is not None and shard_is_done(shard, input_path, output_path, log):
+        return TranslationStats()
     set_threads(threads)
     companion = companion_file(input_path, prefix_path, reference_path, options, alignment)
     prepared, tokenizer, loaded = load_prepared(checkpoints, device, dtype)
@@ -218,10 +229,22 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     show_progress = sys.stderr.isatty()
     with contextlib.ExitStack() as files:
         source = files.enter_context(open(input_path, "rb")) if input_path is not None else sys.stdin.buffer
-        sink = files.enter_context(open(output_path, "wb")) if output_path is not None else sys.stdout.buffer
         lines = read_lines(source, str(input_path or "standard input"), errors)
         given = iter(()) if companion is None else read_lines(
             files.enter_context(open(companion.path, "rb")), str(companion.path), errors)
+        if shard is None:
+            sink = files.enter_context(open(output_path, "wb")) if output_path is not None else sys.stdout.buffer
+        else:  # the shard's lines not yet written, and the file they are appended to
+            description = {"shard": str(shard), "input": file_identity(input_path), "line_offset": line_offset,
+                           "models": [file_identity(path) for path in checkpoints],
+                           "companion": None if companion is None else [companion.flag, file_identity(companion.path)],
+                           "decode": dataclasses.asdict(decode), "format": output_format, "alignment_layer": layer,
+                           "dtype": dtype, "errors": errors}
+            shard_output = ShardOutput(output_path, description)
+            sink, todo = resume_shard(shard, shard_output, input_path, log)
+            files.enter_context(sink)
+            lines, given = (itertools.islice(stream, todo.start, todo.stop) for stream in (lines, given))
+            line_offset += todo.start
         windows = read_windows(lines, companion, given)
         if reference_path is None:  # the translating, and the writer of its results, chosen once
             results = (translator.translate(w.lines, line_offset + w.first, prefixes=w.given or None) for w in windows)
@@ -230,6 +253,8 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             results = (translator.forced_scores(w.lines, w.given, w.first) for w in windows)
             writer = score_writer(output_format, tokenizer)
         write_lines(results, writer, sink, (lambda: log(f"\r{translator.stats.summary()}")) if show_progress else None)
+    if shard is not None:
+        shard_output.finish()
     report(translator, log, show_progress)
     return translator.stats
 
@@ -250,6 +275,31 @@ def check_files(input_path: Path | None, output_path: Path | None, line_offset: 
     if line_offset < 0:
         raise MtxError(f"--line-offset {line_offset} must be ≥ 0: the index of the input's first line in the file "
                        "it was cut from.")
+
+
+def shard_is_done(shard: Shard, input_path: Path | None, output_path: Path | None, log: Callable[[str], None]
+                  ) -> bool:
+    """Whether shard `shard` has been translated (its output exists), checked before any model is loaded; a shard
+    needs an input file to count the lines of and an output file to resume."""
+    if input_path is None or output_path is None:
+        raise MtxError(f"--shard {shard} needs -i and -o files: the input's lines are counted to cut it into "
+                       "shards, and the output is written so that an interrupted shard can go on.")
+    if output_path.exists():
+        log(f"shard {shard}: {output_path} is complete; delete it to translate the shard again.\n")
+        return True
+    return False
+
+
+def resume_shard(shard: Shard, output: ShardOutput, input_path: Path, log: Callable[[str], None]
+                 ) -> tuple[BinaryIO, range]:
+    """OUT.partial open to append to, and the indices of the shard's input lines it does not hold yet."""
+    from mtx.data.corpora import count_lines
+
+    written, sink = output.resume()
+    span = shard.lines(count_lines(input_path))
+    resumed = f", from line {span.start + written + 1:,} ({written:,} already in {output.partial})" if written else ""
+    log(f"shard {shard}: lines {span.start + 1:,}–{span.stop:,} of {input_path}{resumed}\n")
+    return sink, range(span.start + written, span.stop)
 
 
 def set_threads(threads: int | None) -> None:

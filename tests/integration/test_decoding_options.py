@@ -88,6 +88,113 @@ def test_samples_are_scored_as_beam_search_scores_them(copying: dict) -> None:
         assert sample["score"] == pytest.approx(score["score"], abs=1e-4)
 
 
+# ---- shards (--shard K/N)
+
+
+def shard_outputs(copying: dict, folder: Path, count: int, *flags: str) -> list[str]:
+    """The N shards translated one by one, their outputs concatenated in shard order."""
+    lines = []
+    for k in range(1, count + 1):
+        out = folder / f"out.{k}"
+        result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), "-o", str(out),
+                                   "--shard", f"{k}/{count}", *flags])
+        assert result.exit_code == 0, result.output
+        lines += out.read_text(encoding="utf-8").splitlines()
+        assert not (folder / f"out.{k}.partial").exists() and not (folder / f"out.{k}.partial.json").exists()
+    return lines
+
+
+@pytest.mark.parametrize("count", [1, 4])
+def test_shards_concatenated_in_order_are_the_whole_output(copying: dict, tmp_path: Path, count: int) -> None:
+    assert shard_outputs(copying, tmp_path, count) == run(copying)
+
+
+def test_a_shard_of_no_lines_writes_an_empty_output(copying: dict, tmp_path: Path) -> None:
+    result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), "-o",
+                               str(tmp_path / "out"), "--shard", "1/31"])  # 31 shards of 30 lines: the first is empty
+    assert result.exit_code == 0 and (tmp_path / "out").read_bytes() == b""
+
+
+def test_sharded_samples_are_the_whole_files(copying: dict, tmp_path: Path) -> None:
+    """A line's draws depend on its index in the whole file, which a shard keeps; the n-best's texts are compared
+    (their scores agree to float rounding, which batching changes)."""
+    flags = ("--sampling", "--temperature", "3", "--nbest", "3", "--seed", "5", "--format", "jsonl")
+
+    def samples(lines: list[str]) -> list[list[str]]:
+        return [[hypothesis["text"] for hypothesis in json.loads(line)["nbest"]] for line in lines]
+
+    whole = samples(run(copying, *flags))
+    assert samples(shard_outputs(copying, tmp_path, 3, *flags)) == whole
+    assert len({text for nbest in whole for text in nbest}) > 40
+
+
+def test_an_interrupted_shard_goes_on_from_its_first_missing_line(copying: dict, tmp_path: Path) -> None:
+    """Stopped after it has written 4 lines and part of a fifth, the shard keeps those 4 as they are (they are
+    marked here, so a translation of them again would show) and translates the others, whose lines are then the
+    whole file's."""
+    from mtx.decode.command import translate_file
+    from mtx.decode.shards import Shard
+
+    expected = run(copying)[10:20]  # shard 2 of 3 of 30 lines
+    out = tmp_path / "out.de"
+
+    class Interrupted(Exception):
+        pass
+
+    def stop_at_the_shard_line(text: str) -> None:
+        if text.startswith("shard 2/3: lines 11–20"):
+            raise Interrupted
+
+    def shard(log) -> object:
+        return translate_file([copying["checkpoint"]], copying["source"], out, options={}, batch_tokens=4096,
+                              device="cpu", dtype="fp32", threads=1, errors="strict", log=log, shard=Shard(2, 3))
+
+    with pytest.raises(Interrupted):
+        shard(stop_at_the_shard_line)
+    partial = tmp_path / "out.de.partial"
+    assert partial.read_bytes() == b"" and (tmp_path / "out.de.partial.json").exists()
+    kept = [f"KEPT {i}" for i in range(4)]
+    partial.write_text("".join(f"{line}\n" for line in kept) + expected[4][:3], encoding="utf-8")
+    said: list[str] = []
+    stats = shard(said.append)
+    assert out.read_text(encoding="utf-8").splitlines() == kept + expected[4:]
+    assert stats.sentences == 6 and any("from line 15 (4 already in" in line for line in said)
+    assert not partial.exists() and not (tmp_path / "out.de.partial.json").exists()
+
+
+def test_a_finished_shard_is_not_translated_again_and_another_translations_partial_is_refused(
+        copying: dict, tmp_path: Path) -> None:
+    command = ["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), "-o", str(tmp_path / "out.de"),
+               "--shard", "1/2"]
+    (tmp_path / "out.de").write_text("done before\n", encoding="utf-8")
+    result, _ = translate_cli(command)
+    assert result.exit_code == 0 and "out.de is complete; delete it to translate the shard again" in result.stderr
+    assert (tmp_path / "out.de").read_text(encoding="utf-8") == "done before\n"
+    (tmp_path / "out.de").unlink()
+    (tmp_path / "out.de.partial").write_text("a line\n", encoding="utf-8")
+    (tmp_path / "out.de.partial.json").write_text(json.dumps({"shard": "1/2"}), encoding="utf-8")
+    result, _ = translate_cli([*command, "--beam", "2"])
+    assert result.exit_code == 1 and "was written by another translation" in str(result.exception)
+    assert (tmp_path / "out.de.partial").read_text(encoding="utf-8") == "a line\n"
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--shard", "0/3"), "--shard '0/3' is not K/N with 1 ≤ K ≤ N"),
+    (("--shard", "2"), "--shard '2' is not K/N"),
+    (("--shard", "3/2"), "--shard '3/2' is not K/N"),
+])
+def test_a_bad_shard_is_refused(copying: dict, tmp_path: Path, flags: tuple[str, ...], message: str) -> None:
+    result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), "-o",
+                               str(tmp_path / "out"), *flags])
+    assert result.exit_code == 1 and message in str(result.exception)
+
+
+def test_a_shard_needs_an_input_and_an_output_file(copying: dict, tmp_path: Path) -> None:
+    result, _ = translate_cli(["-m", str(copying["checkpoint"]), "--shard", "1/2", "-o", str(tmp_path / "o")],
+                              stdin=b"a b\n")
+    assert result.exit_code == 1 and "--shard 1/2 needs -i and -o files" in str(result.exception)
+
+
 # ---- prefixes
 
 
