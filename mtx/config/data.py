@@ -33,9 +33,21 @@ class HfSource:
 class FilesSource:
     """Aligned plain-text files per split: `[source_file, target_file]`, one sentence per line."""
 
-    train: list[str] = setting(help="[source file, target file] of the training pairs, one sentence per line.")
+    train: list[str] = setting(help="[source file, target file] of the training pairs, one sentence per line. A "
+                               "target file ending in .jsonl is read as mtx translate --format jsonl writes it (a "
+                               "teacher's translations): its text, and its per-token log-probability for keep_best.")
     valid: list[str] | None = setting(None, "[source file, target file] of the validation pairs.")
     test: list[str] | None = setting(None, "[source file, target file] of the test pairs.")
+    keep_best: float = setting(
+        1.0, "With a .jsonl target file of training pairs: keep this fraction of them, those whose translation has "
+        "the highest mean log-probability a token (the teacher's confidence, as in sequence-level distillation's "
+        "filtering); the others are dropped and counted as teacher_confidence. 1: keep every pair.",
+        bounds=Bounds(0, 1, low_open=True))
+
+    def validate(self, key: str) -> None:
+        check_bounds(self, key)
+        check(self.keep_best == 1 or str(self.train[-1]).endswith(".jsonl"), f"{key}.keep_best", self.keep_best,
+              "needs a .jsonl target file of training pairs (mtx translate --format jsonl), whose scores it reads")
 
 
 @dataclass

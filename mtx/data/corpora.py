@@ -12,8 +12,9 @@ here, for every corpus before any long work starts, and reported as MtxError nam
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ class SplitStream:
     total: int | None  # pairs, when known without reading them
     chunks: Callable[[], Iterator[list[RawPair]]]
     alignments: list[str] | None = None  # a gold word alignment per pair (Pharaoh), where the source has one
+    dropped_before: dict[str, int] = field(default_factory=dict)  # pairs the source itself leaves out, by filter
 
 
 def open_corpora(data: DataConfig) -> list[dict[str, SplitStream]]:
@@ -123,11 +125,62 @@ def _files_source(files: FilesSource, source_key: str) -> dict[str, SplitStream]
                 "aligned line by line (sentence i of one translates sentence i of the other)."
             )
 
+        if tgt.suffix == ".jsonl":
+            streams[split] = _translated(split, src, tgt, src_count, files.keep_best if split == "train" else 1.0)
+            continue
+
         def chunks(src: Path = src, tgt: Path = tgt) -> Iterator[list[RawPair]]:
             return _chunks(zip(_lines(src), _lines(tgt), strict=True))
 
         streams[split] = SplitStream(split, f"{src} + {tgt}", src_count, chunks)
     return streams
+
+
+def _translated(split: str, src: Path, translations: Path, total: int, keep_best: float) -> SplitStream:
+    """Source lines and a teacher's translations of them (`mtx translate --format jsonl`): each line's text, of its
+    best translation with --nbest. With `keep_best` below 1, only that fraction of the pairs, those whose
+    translation has the highest mean log-probability a token (EOS's included), ties kept in file order; the rest
+    are counted as dropped by `teacher_confidence`."""
+    keep = None
+    if keep_best < 1:
+        import numpy as np
+
+        confidence = np.fromiter((_mean_log_prob(line, translations, n)
+                                  for n, line in enumerate(_lines(translations), 1)), dtype=np.float64, count=total)
+        keep = np.zeros(total, dtype=bool)
+        keep[np.argsort(-confidence, kind="stable")[:round(keep_best * total)]] = True
+
+    def chunks() -> Iterator[list[RawPair]]:
+        pairs = ((source, _best(line, translations, n)["text"])
+                 for n, (source, line) in enumerate(zip(_lines(src), _lines(translations), strict=True), 1)
+                 if keep is None or keep[n - 1])
+        return _chunks(pairs)
+
+    kept = total if keep is None else int(keep.sum())
+    return SplitStream(split, f"{src} + {translations}", kept, chunks,
+                       dropped_before={} if keep is None else {"teacher_confidence": total - kept})
+
+
+def _best(line: bytes, path: Path, number: int) -> dict[str, Any]:
+    """A jsonl line's translation: the line itself, or the first of its n-best list."""
+    try:
+        value = json.loads(line)
+        best = value["nbest"][0] if "nbest" in value else value
+        if isinstance(best.get("text"), str):
+            return best
+    except (ValueError, AttributeError, KeyError, IndexError, TypeError):
+        pass
+    raise MtxError(f"{path}, line {number}: not a translation as mtx translate --format jsonl writes one (a JSON "
+                   "object with text, score, tokens and token_log_probs). Translate with --format jsonl, or give a "
+                   "plain-text target file.")
+
+
+def _mean_log_prob(line: bytes, path: Path, number: int) -> float:
+    log_probs = _best(line, path, number).get("token_log_probs")
+    if not isinstance(log_probs, list) or not log_probs:
+        raise MtxError(f"{path}, line {number}: it has no token_log_probs, which keep_best ranks the translations by; "
+                       "translate with mtx translate --format jsonl.")
+    return sum(log_probs) / len(log_probs)
 
 
 def _tsv_source(tsv: TsvSource, source_key: str) -> dict[str, SplitStream]:

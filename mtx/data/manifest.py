@@ -27,7 +27,8 @@ from mtx.data.vocabulary import vocabulary_file
 from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer
 
-FILTERS = ("invalid_utf8", "malformed", "empty", "length", "ratio", "duplicate", "max_positions")  # in order
+FILTERS = ("teacher_confidence", "invalid_utf8", "malformed", "empty", "length", "ratio", "duplicate",
+           "max_positions")  # in order
 
 
 def build_manifest(data: DataConfig, corpora: list[dict[str, SplitStream]], tokenizer: Tokenizer, dtype: str,
@@ -93,8 +94,9 @@ def fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
 
     Not the corpora's weights, which `mtx train` applies (a new weight needs no new data), nor the BPE's
     settings when data.bpe.from replaces them; and a demo source's domain only where it is not "all", the
-    vocabulary's style and model only where they are not byte-level BPE, so that recipes written before domains
-    and styles existed keep their fingerprint, and their prepared data stays up to date.
+    vocabulary's style and model only where they are not byte-level BPE, and a files source's keep_best only
+    below 1, so that recipes written before domains, styles and keep_best existed keep their fingerprint, and their
+    prepared data stays up to date.
     """
     section = strip_nones(as_mapping(data))
     for corpus in section.get("sources", []):
@@ -102,6 +104,8 @@ def fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
     for source in [section.get("source"), *section.get("sources", [])]:
         if source is not None and source.get("demo", {}).get("domain") == "all":
             del source["demo"]["domain"]
+        if source is not None and source.get("files", {}).get("keep_best") == 1:
+            del source["files"]["keep_best"]
     if section["bpe"]["style"] == "bytelevel":
         del section["bpe"]["style"], section["bpe"]["model"]  # validation holds unigram to metaspace
     if data.bpe.from_ is not None:

@@ -217,6 +217,8 @@ def _clean_split(stream: SplitStream, filt: FilterConfig | None, writers: tuple[
     line begins with it and a space.
     """
     counts: Counter = Counter({name: 0 for name in FILTERS})
+    for name, dropped in stream.dropped_before.items():  # pairs the source left out before they were read here
+        counts.update({"read": dropped, name: dropped})
     hashes = []
     verb = "cleaning" if filt is not None else "reading"
     task = progress.add_task(f"{verb} {stream.split} ({stream.origin})", total=stream.total)

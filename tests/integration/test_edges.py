@@ -400,11 +400,19 @@ def recipes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def recipe_with(folder: Path, key: str, spelling: str) -> tuple[Path, list[str], str]:
     """(recipe file, overrides, the key as messages spell it) setting `key` to `spelling`: by `--set` for a plain
-    key; written into a `data.sources` list of one corpus for a key of a list's items, which `--set` cannot name."""
+    key (on a recipe whose source is files for a key of a files source: a teacher's .jsonl translations, which
+    keep_best needs); written into a `data.sources` list of one corpus for a key of a list's items, which `--set`
+    cannot name."""
+    if key.startswith("data.source.files."):  # and data.sources[i].files.KEY below
+        raw = {**BASE_RECIPE, "data": {**BASE_RECIPE["data"], "source": {"files": {"train": ["t.en", "t.de.jsonl"]}}}}
+        path_ = folder / "files.yaml"
+        path_.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        return path_, [f"{key}={spelling}"], key
     if LIST_ITEM not in key:
         return folder / "base.yaml", [f"{key}={spelling}"], key
     raw = json.loads(json.dumps(BASE_RECIPE))
-    corpus = {"demo": dict(DEMO)}
+    in_files = key.split(LIST_ITEM, 1)[1].startswith(".files.")
+    corpus = {"files": {"train": ["t.en", "t.de.jsonl"]}} if in_files else {"demo": dict(DEMO)}
     raw["data"].pop("source")
     raw["data"]["sources"] = [corpus]
     node = corpus

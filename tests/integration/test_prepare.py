@@ -42,8 +42,8 @@ TRAIN = [
     (b"I read", b"ich lese es", "kept: ratio 1.5 is not above 1.5"),
     (b"caf\xc3\xa9 \xf0\x9f\x98\x80", b"Caf\xc3\xa9 \xf0\x9f\x98\x80", "kept"),
 ]
-EXPECTED_DROPS = {"invalid_utf8": 1, "malformed": 0, "empty": 2, "length": 1, "ratio": 1, "duplicate": 2,
-                  "max_positions": 0}
+EXPECTED_DROPS = {"teacher_confidence": 0, "invalid_utf8": 1, "malformed": 0, "empty": 2, "length": 1, "ratio": 1,
+                  "duplicate": 2, "max_positions": 0}
 KEPT = [("the dog sleeps", "der Hund schläft"), ("the cat sleeps", "die Katze schläft"),
         ("we see the house", "wir sehen das Haus"), ("I read", "ich lese es"), ("café 😀", "Café 😀")]
 VALID = [(b"hello  world", b"hallo Welt"), (b"", b""), (b"bad \xfe", b"schlecht")]
@@ -191,6 +191,67 @@ def test_rerun_is_a_no_op_unless_the_data_section_or_inputs_change(tmp_path: Pat
     assert reprepare()
     assert [t for _, t in _decoded(data_dir, "test")] == ["der Hund schläft", "ein langer Satz"]
     assert not reprepare()
+
+
+def _translations(path: Path, texts: list[str], confidences: list[float], nbest: bool = False) -> Path:
+    """A teacher's translations as `mtx translate --format jsonl` writes them, each with three tokens of the
+    given mean log-probability."""
+    lines = []
+    for text, confidence in zip(texts, confidences, strict=True):
+        hypothesis = {"text": text, "score": confidence, "tokens": ["a", "b", "</s>"],
+                      "token_log_probs": [confidence - 0.5, confidence + 0.5, confidence], "flags": []}
+        lines.append(json.dumps({"nbest": [hypothesis, {**hypothesis, "text": "worse"}]} if nbest else hypothesis))
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_a_teachers_translations_keep_their_most_confident_share(tmp_path: Path) -> None:
+    """keep_best 0.5 keeps the 3 of 6 distilled pairs whose translations have the highest mean log-probability a
+    token, and the manifest counts the other 3 as teacher_confidence, before every other filter; valid pairs are
+    read from an n-best jsonl's best translation and never dropped."""
+    sources = ["one house", "two cats", "three dogs", "four birds", "five trees", "six rivers"]
+    texts = ["ein Haus", "zwei Katzen", "drei Hunde", "vier Vögel", "fünf Bäume", "sechs Flüsse"]
+    confidence = [-0.2, -3.0, -0.1, -2.5, -0.4, -4.0]
+    train = [str(_write(tmp_path / "train.en", [s.encode() for s in sources])),
+             str(_translations(tmp_path / "train.de.jsonl", texts, confidence))]
+    valid = [str(_write(tmp_path / "valid.en", [b"one house"])),
+             str(_translations(tmp_path / "valid.de.jsonl", ["ein Haus"], [-9.0], nbest=True))]
+    recipe = _recipe(tmp_path, {"files": {"train": train, "valid": valid, "keep_best": 0.5}})
+    result = _mtx("prepare", str(recipe), "--workers", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = tmp_path / "run" / "data"
+    manifest = load_manifest(data)
+    assert manifest["filter"]["read"] == 6 and manifest["filter"]["kept"] == 3
+    assert manifest["filter"]["dropped"] == {**dict.fromkeys(EXPECTED_DROPS, 0), "teacher_confidence": 3}
+    assert manifest["filter"]["remaining"]["teacher_confidence"] == 3
+    assert _decoded(data, "train") == [("one house", "ein Haus"), ("three dogs", "drei Hunde"),
+                                       ("five trees", "fünf Bäume")]
+    assert _decoded(data, "valid") == [("one house", "ein Haus")]
+    assert "teacher confidence" in result.stderr  # in the summary of the filters
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("not jsonl", "data.source.files.keep_best = 0.5 needs a .jsonl target file"),
+    ("bad line", "train.de.jsonl, line 2: not a translation as mtx translate --format jsonl writes one"),
+    ("no log-probabilities", "train.de.jsonl, line 1: it has no token_log_probs"),
+    ("keep none", "keep_best = 0.0 must be in (0, 1]"),
+])
+def test_teacher_translations_that_cannot_be_ranked_are_refused(tmp_path: Path, case: str, message: str) -> None:
+    source = _write(tmp_path / "train.en", [b"one", b"two"])
+    target = tmp_path / ("train.de" if case == "not jsonl" else "train.de.jsonl")
+    if case == "not jsonl":
+        _write(target, [b"eins", b"zwei"])
+    elif case == "bad line":
+        _translations(target, ["eins"], [-1.0]).write_text(target.read_text() + "{not json\n", encoding="utf-8")
+    elif case == "no log-probabilities":
+        target.write_text('{"text": "eins"}\n{"text": "zwei"}\n', encoding="utf-8")
+    else:
+        _translations(target, ["eins", "zwei"], [-1.0, -2.0])
+    keep = 0.0 if case == "keep none" else 0.5
+    result = _mtx("prepare", str(_recipe(tmp_path, {"files": {"train": [str(source), str(target)],
+                                                              "keep_best": keep}})), cwd=tmp_path)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_tsv_source_counts_malformed_lines(tmp_path: Path) -> None:
