@@ -232,6 +232,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
         lines = read_lines(source, str(input_path or "standard input"), errors)
         given = iter(()) if companion is None else read_lines(
             files.enter_context(open(companion.path, "rb")), str(companion.path), errors)
+        skipped = 0  # the input's lines before the first one translated here (a shard's)
         if shard is None:
             sink = files.enter_context(open(output_path, "wb")) if output_path is not None else sys.stdout.buffer
         else:  # the shard's lines not yet written, and the file they are appended to
@@ -244,13 +245,14 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             sink, todo = resume_shard(shard, shard_output, input_path, log)
             files.enter_context(sink)
             lines, given = (itertools.islice(stream, todo.start, todo.stop) for stream in (lines, given))
-            line_offset += todo.start
+            skipped = todo.start
         windows = read_windows(lines, companion, given)
         if reference_path is None:  # the translating, and the writer of its results, chosen once
-            results = (translator.translate(w.lines, line_offset + w.first, prefixes=w.given or None) for w in windows)
+            results = (translator.translate(w.lines, line_offset + skipped + w.first, prefixes=w.given or None)
+                       for w in windows)
             writer = search_writer(output_format, tokenizer, decode.nbest > 1, alignment)
         else:
-            results = (translator.forced_scores(w.lines, w.given, w.first) for w in windows)
+            results = (translator.forced_scores(w.lines, w.given, skipped + w.first) for w in windows)
             writer = score_writer(output_format, tokenizer)
         write_lines(results, writer, sink, (lambda: log(f"\r{translator.stats.summary()}")) if show_progress else None)
     if shard is not None:

@@ -109,6 +109,25 @@ def test_shards_concatenated_in_order_are_the_whole_output(copying: dict, tmp_pa
     assert shard_outputs(copying, tmp_path, count) == run(copying)
 
 
+def test_sharded_forced_scores_and_prefixes_are_the_whole_files(copying: dict, tmp_path: Path) -> None:
+    """A shard reads the same lines of the --score-reference or --prefix file as of the input; scores agree to
+    float rounding, which batching changes."""
+    scored = ("--score-reference", str(copying["source"]))
+
+    def split(lines: list[str]) -> tuple[list[float], list[str]]:
+        return [float(line.split("\t")[0]) for line in lines], [line.split("\t")[1] for line in lines]
+
+    whole_scores, whole_texts = split(run(copying, *scored))
+    (tmp_path / "scored").mkdir()
+    shard_scores, shard_texts = split(shard_outputs(copying, tmp_path / "scored", 3, *scored))
+    assert shard_texts == whole_texts and shard_scores == pytest.approx(whole_scores, abs=1e-4)
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("".join(f"{s.split()[0]}\n" for s in copying["held_out"]), encoding="utf-8")
+    (tmp_path / "prefixed").mkdir()
+    prefixed = shard_outputs(copying, tmp_path / "prefixed", 3, "--prefix", str(prefixes))
+    assert prefixed == run(copying, "--prefix", str(prefixes))
+
+
 def test_a_shard_of_no_lines_writes_an_empty_output(copying: dict, tmp_path: Path) -> None:
     result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), "-o",
                                str(tmp_path / "out"), "--shard", "1/31"])  # 31 shards of 30 lines: the first is empty
