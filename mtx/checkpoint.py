@@ -24,6 +24,9 @@ primitives only, so loading a file cannot run code):
     averaged_from         the files an averaged checkpoint is the mean of (mtx.train.average)
     data_stats            what the training pairs say of length ratios and copying, which `mtx translate` flags
                           doubtful translations by (mtx.decode.doubts); absent from checkpoints written before
+    lexicon               the training pairs' lexical table (mtx.data.lexicon: `Lexicon.to_checkpoint`), which
+                          decoding shortlists are made of (mtx.decode.shortlist); absent from checkpoints of data
+                          prepared before mtx learnt one
 
 No RNG state is saved, and no learning-rate scheduler's: the trainer reseeds dropout at every update from
 (seed, step, rank), draws the batch order from (seed, epoch) and computes the learning rate from the step.

@@ -379,6 +379,22 @@ class Pairs:
 
 # The trainer's runs: their files, events, a fake clock and scripted validation BLEU.
 
+class MemorySplit:
+    """Sentence pairs of token ids held in memory, read as mtx.data.prepared.TokenSplit is read by a pass over
+    the whole split (`len`, `block`): for tests of what learns from a prepared split."""
+
+    def __init__(self, pairs: list[tuple[list[int], list[int]]]) -> None:
+        self.pairs = pairs
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def block(self, side: str, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        sentences = [pair[0 if side == "src" else 1] for pair in self.pairs[start:end]]
+        offsets = np.cumsum([0, *map(len, sentences)]).astype(np.int64)
+        return np.array([t for s in sentences for t in s], dtype=np.int64), offsets
+
+
 def run_files(path: Path) -> tuple[Path, Path]:
     run = load_recipe(path).run_path
     return run / "checkpoints", run / "metrics.jsonl"

@@ -205,6 +205,24 @@ class BpeConfig:
 
 
 @dataclass
+class LexiconConfig:
+    """The lexical translation table `mtx prepare` learns from the training pairs (mtx.data.lexicon), which
+    decoding shortlists are made of (decode.shortlist). It is learnt on its own after the token splits, so a
+    change here learns it again and leaves the splits as they are."""
+
+    iterations: int = setting(
+        5, "EM iterations of IBM Model 1 over the training pairs; 0: co-occurrence counts, what EM starts from "
+        "(faster, and a shortlist then needs more tokens for the same coverage: bench/README.md).",
+        bounds=Bounds(0, 100))
+    width: int = setting(
+        100, "Target tokens kept per source token, best first: the most decode.shortlist can ask for.",
+        bounds=Bounds(1, 1000))
+
+    def validate(self, key: str) -> None:
+        check_bounds(self, key)
+
+
+@dataclass
 class DataConfig:
     """The corpora and how `mtx prepare` turns them into token splits."""
 
@@ -217,6 +235,8 @@ class DataConfig:
     tgt_lang: str = setting("de", "The target language's code.")
     filter: FilterConfig = setting(help="How training pairs are cleaned.", factory=FilterConfig)
     bpe: BpeConfig = setting(help="The subword vocabulary.", factory=BpeConfig)
+    lexicon: LexiconConfig = setting(help="The lexical table decoding shortlists are made of.",
+                                     factory=LexiconConfig)
 
     @property
     def corpora(self) -> list[CorpusConfig]:

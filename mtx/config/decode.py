@@ -70,6 +70,14 @@ class DecodeConfig:
         1.0, "With sampling: divide the log-probabilities by T before drawing: below 1 sharper, above 1 flatter.",
         bounds=POSITIVE)
     seed: int = setting(1, "With sampling: the seed of the draws.")
+    shortlist: int = setting(
+        0, "Search each sentence over a shortlist of target tokens (Marian's --shortlist, CTranslate2's vmap), "
+        "faster: this many likeliest translations of each of its source tokens by the checkpoint's lexical table "
+        "(data.lexicon), the shortlist_frequent most frequent target tokens, EOS, and the tokens of its prefix or "
+        "of the translation scored; 0: the whole vocabulary. Sampling draws from the shortlist too.",
+        bounds=Bounds(0, note="0: the whole vocabulary"))
+    shortlist_frequent: int = setting(
+        100, "With shortlist: the most frequent target tokens in every sentence's shortlist.", bounds=AT_LEAST_0)
 
     @classmethod
     def of_checkpoint(cls, checkpoint: dict[str, Any], **overrides: Any) -> DecodeConfig:
@@ -84,23 +92,27 @@ class DecodeConfig:
         """As the recipe section `key`: `decode.beam = 0 must be at least 1.`"""
         self._validate(lambda name: f"{key}.{name}", " = ", ConfigError)
 
-    def validate_flags(self, vocabulary: int | None = None, given: Collection[str] = ()) -> None:
+    def validate_flags(self, vocabulary: int | None = None, given: Collection[str] = (),
+                       lexicon_width: int | None = None) -> None:
         """As command-line flags: `--beam 0 must be at least 1.`, `--max-len-a -1.0 must be at least 0.`;
         `given`: the flags the user set (see `first_problem`)."""
-        self._validate(flag_name, " ", MtxError, vocabulary, given)
+        self._validate(flag_name, " ", MtxError, vocabulary, given, lexicon_width)
 
     def _validate(self, spell: Callable[[str], str], separator: str, error: type[MtxError],
-                  vocabulary: int | None = None, given: Collection[str] = ()) -> None:
-        if (problem := self.first_problem(spell, separator, vocabulary, given)) is not None:
+                  vocabulary: int | None = None, given: Collection[str] = (), lexicon_width: int | None = None
+                  ) -> None:
+        if (problem := self.first_problem(spell, separator, vocabulary, given, lexicon_width)) is not None:
             raise error(problem[1])
 
     def first_problem(self, spell: Callable[[str], str], separator: str, vocabulary: int | None = None,
-                      given: Collection[str] = ()) -> tuple[str, str] | None:
+                      given: Collection[str] = (), lexicon_width: int | None = None) -> tuple[str, str] | None:
         """The first value the search cannot honour, as (its field's name, a message naming the field as `spell`
         writes names: a recipe key, a flag, a request's JSON field); None if every value is fine. `vocabulary`:
         the model's size, where one is at hand, which no beam may exceed. `given`: the fields the user chose
         (flags, a request's fields) on top of the recipe's; sampling with a beam is refused only where the beam
-        was chosen, as a recipe that samples holds a beam all the same (unused)."""
+        was chosen, as a recipe that samples holds a beam all the same (unused). `lexicon_width`: the translations
+        per source token the checkpoint's lexical table holds (0: it has none), where it is at hand, which no
+        shortlist may exceed."""
         def problem(name: str, what: str) -> tuple[str, str]:
             return name, f"{spell(name)}{separator}{getattr(self, name)!r} {what}."
 
@@ -112,6 +124,13 @@ class DecodeConfig:
         if vocabulary is not None and self.beam > vocabulary:
             return problem("beam", f"is more than the model's {vocabulary:,} vocabulary tokens: beams are distinct "
                            "continuations, so there cannot be more")
+        if self.shortlist and lexicon_width == 0:
+            return problem("shortlist", "needs the checkpoint's lexical table, and it has none (it was trained on "
+                           "data prepared before mtx learnt one): translate without it, or prepare the data again "
+                           "(`mtx prepare` learns only the table) and train from it")
+        if lexicon_width is not None and self.shortlist > lexicon_width:
+            return problem("shortlist", f"is more than the {lexicon_width} translations per source token the "
+                           "checkpoint's lexical table holds (data.lexicon.width)")
         if not self.sampling and self.nbest > self.beam:
             return problem("nbest", f"must be between 1 and {spell('beam')} ({self.beam})")
         if not self.sampling:

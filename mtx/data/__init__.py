@@ -6,6 +6,7 @@
     vocabulary the BPE prepare encodes with: learnt on the corpora, or borrowed (data.bpe.from)
     manifest   what data/manifest.json records (per corpus), and whether a data/ folder is up to date
     prepared   a prepared data/ folder read back: its manifest and token splits, checked against each other
+    lexicon    the lexical translation table of the training pairs (IBM Model 1), which shortlists are made of
     batching   token-budget batches of similar length, for training and for decoding
     bpe_dropout  training sentences segmented anew each epoch (BPE-dropout), in worker processes
     command    `mtx prepare`

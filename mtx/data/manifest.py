@@ -92,13 +92,15 @@ def fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
     """What the prepared data depends on: the data section, the model's max_positions (the token-length filter;
     no other model or train setting) and the input files, data.bpe.from's included.
 
-    Not the corpora's weights, which `mtx train` applies (a new weight needs no new data), nor the BPE's
+    Not the corpora's weights, which `mtx train` applies (a new weight needs no new data), nor the lexicon's
+    settings (`mtx prepare` learns the table again on its own, the splits as they are), nor the BPE's
     settings when data.bpe.from replaces them; and a demo source's domain only where it is not "all", the
     vocabulary's style and model only where they are not byte-level BPE, and a files source's keep_best only
     below 1, so that recipes written before domains, styles and keep_best existed keep their fingerprint, and their
     prepared data stays up to date.
     """
     section = strip_nones(as_mapping(data))
+    del section["lexicon"]
     for corpus in section.get("sources", []):
         del corpus["weight"]
     for source in [section.get("source"), *section.get("sources", [])]:

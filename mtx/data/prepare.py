@@ -14,6 +14,9 @@ The pipeline streams, so memory stays flat from the 10k-pair demo to WMT14 En-Fr
              with a side longer than the model's `max_positions` in BPE tokens (EOS included) are dropped
              here (fairseq's size filter), since the trainer cannot hold them; only here are the BPE lengths
              known, so the BPE learnt in step 3 may still have seen those pairs. Valid/test are never filtered.
+5. lexicon — the lexical translation table of the training pairs (mtx.data.lexicon), `lexicon.npz`, which
+             decoding shortlists are made of. It is learnt on its own: a data folder that is up to date but
+             lacks it, or holds one of other `data.lexicon` settings, gets it learnt without the steps above.
 
 A recipe with several corpora (`data.sources`) has each cleaned and filtered on its own, into its own work files,
 and counted on its own in the manifest; dedup runs across them (the first occurrence, in corpus order, wins, and
@@ -54,12 +57,13 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from mtx.config.data import CorpusConfig, DataConfig, FilterConfig
+from mtx.config.data import CorpusConfig, DataConfig, FilterConfig, LexiconConfig
 from mtx.config.model import resolve_model
 from mtx.config.recipe import Recipe
 from mtx.data.corpora import CHUNK_PAIRS, SPLITS, RawPair, SplitStream, open_corpora
+from mtx.data.lexicon import Lexicon, learn_lexicon
 from mtx.data.manifest import FILTERS, build_manifest, describe_drops, fingerprint, origins, print_summary, up_to_date
-from mtx.data.prepared import SIDES, load_manifest
+from mtx.data.prepared import SIDES, load_manifest, load_split
 from mtx.data.vocabulary import borrowed_tokenizer, learn_tokenizer
 from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer, normalize_text
@@ -82,7 +86,11 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     borrowed = borrowed_tokenizer(data)  # data.bpe.from read, and the tags checked against it, before any work
     stamp = fingerprint(data, max_positions)
     if up_to_date(data_dir, stamp):
-        console.print(f"{data_dir} is up to date (same data recipe and input files): nothing to do.")
+        if lexicon_is_current(data_dir, data.lexicon):
+            console.print(f"{data_dir} is up to date (same data recipe and input files): nothing to do.")
+        else:
+            with _progress(console) as progress:
+                learn_data_lexicon(data_dir, data.lexicon, progress)
         return load_manifest(data_dir)
 
     with console.status("opening the corpora (checking files, counting lines, drawing the demo corpus)"):
@@ -93,9 +101,10 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     try:
         with _progress(console) as progress:
             manifest = _build_data_folder(data, max_positions, corpora, borrowed, partial, workers, progress)
-        manifest.update(stamp, seconds=round(time.monotonic() - started, 1))
-        shutil.rmtree(partial / "work")
-        _write_json(partial / "manifest.json", manifest)
+            manifest.update(stamp, seconds=round(time.monotonic() - started, 1))
+            shutil.rmtree(partial / "work")
+            _write_json(partial / "manifest.json", manifest)
+            learn_data_lexicon(partial, data.lexicon, progress)
         _replace_dir(partial, data_dir)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
@@ -144,6 +153,22 @@ def _build_data_folder(data: DataConfig, max_positions: int, corpora: list[dict[
                                              workers, progress)
             splits[split]["invalid_utf8_replaced"] = sum(c["invalid_utf8"] for c in read[split] if c is not None)
     return build_manifest(data, corpora, tokenizer, dtype, sample, counts, read, max_positions, splits)
+
+
+def lexicon_is_current(data_dir: Path, settings: LexiconConfig) -> bool:
+    """Whether `data_dir` holds a lexical table learnt with `settings`."""
+    lexicon = Lexicon.load(data_dir)
+    return lexicon is not None and (lexicon.iterations, lexicon.width) == (settings.iterations, settings.width)
+
+
+def learn_data_lexicon(data_dir: Path, settings: LexiconConfig, progress: Progress) -> None:
+    """Learn the lexical table of `data_dir`'s training split (mtx.data.lexicon) into it."""
+    split = load_split(data_dir, "train")
+    vocab_size = Tokenizer.from_file(data_dir / "tokenizer.json").vocab_size
+    task = progress.add_task(f"lexical table (IBM Model 1, {settings.iterations} iterations)",
+                             total=(settings.iterations + 2) * len(split))
+    learn_lexicon(split, vocab_size, settings.width, settings.iterations,
+                  lambda pairs: progress.advance(task, pairs)).save(data_dir)
 
 
 def _work_files(out: Path, corpus: int) -> tuple[Path, Path]:

@@ -60,6 +60,14 @@ class TokenSplit:
     def tgt(self, i: int) -> np.ndarray:
         return self._sentence("tgt", i)
 
+    def block(self, side: str, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sentences start..end - 1 of `side` at once, for a pass over the whole split a block at a time: their
+        token ids, one flat int64 array, and end - start + 1 offsets into it (sentence i of the block is
+        tokens[offsets[i]:offsets[i + 1]])."""
+        offsets = np.array(self._offsets[side][start : end + 1], dtype=np.int64)
+        tokens = np.array(self._tokens[side][offsets[0] : offsets[-1]], dtype=np.int64)
+        return tokens, offsets - offsets[0]
+
     def _sentence(self, side: str, i: int) -> np.ndarray:
         if not 0 <= i < len(self):
             raise IndexError(f"sentence {i} is out of range for a split of {len(self)}")

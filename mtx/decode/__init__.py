@@ -8,6 +8,7 @@
                  from the models or from the checkpoints' metadata alone (the server's request checks)
     translator   `Translator`: sentences in, n-best lists out, batched by length, on CPU threads or a GPU
     ensemble     several models searched as one, their next-token probabilities averaged
+    shortlist    each sentence searched over its own few likely target tokens (--shortlist), from the lexicon
     alignment    word alignments from one decoder layer's cross-attention, carried through the search
     doubts       why a translation deserves a human look (jsonl's "flags"), by thresholds from the training data
     output       the output formats: text, n-best, jsonl

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from mtx.checkpoint import load_checkpoint, load_model
-from mtx.decode.search import DecoderCache, IncrementalDecoder
+from mtx.decode.search import DecoderCache, IncrementalDecoder, token_columns
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
@@ -61,6 +61,12 @@ class EnsembleState:
     def attention(self) -> Tensor | None:
         """The first member's attention, if it hands out any: the first model aligns an ensemble's output."""
         return getattr(self.states[0], "attention", None)
+
+    @property
+    def columns(self) -> Tensor | None:
+        """The tokens the members' log-probabilities are over (`token_columns`): the first's, as they must agree
+        (members searched over one batch's shortlists share them)."""
+        return token_columns(self.states[0])
 
 
 class Ensemble:

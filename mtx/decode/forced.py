@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mtx.decode.search import Hypothesis, IncrementalDecoder, LengthPenalty
+from mtx.decode.search import Hypothesis, IncrementalDecoder, LengthPenalty, column_of, token_columns
 from mtx.tokenizer import BOS, EOS
 
 
@@ -39,7 +39,7 @@ def forced_scores(model: IncrementalDecoder, src: Tensor, src_pad: Tensor, targe
     for step in range(steps):
         log_probs, state = model.decode_step(prev, state)
         prev = forced[:, step]
-        chosen[:, step] = log_probs.gather(1, prev.unsqueeze(1)).squeeze(1)
+        chosen[:, step] = log_probs.gather(1, column_of(prev, token_columns(state)).unsqueeze(1)).squeeze(1)
     hypotheses = []
     for target, row_log_probs in zip(targets, chosen.tolist(), strict=True):
         token_log_probs = row_log_probs[: len(target) + 1]

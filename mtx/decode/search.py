@@ -48,6 +48,9 @@ class DecoderCache(Protocol):
 
     # Optionally, `attention`: (N, S), each row's cross-attention over the source at the last step, of the layer
     # that aligns (None, or absent: not asked for). Search carries it along each hypothesis (`Hypothesis.attention`).
+    # Optionally, `columns`: (C,) the sorted token ids that the columns of `decode_step`'s log-probabilities stand
+    # for, the same at every step (None, or absent: the whole vocabulary, column = token id). A decoder that
+    # scores fewer tokens than the vocabulary (mtx.decode.shortlist) says which, and search maps between the two.
 
     def reorder(self: CacheT, rows: Tensor, sentences: Tensor | None = None) -> CacheT:
         """Keep the rows `rows` (R,), in that order, and the sentences `sentences` (None: all of them, as they
@@ -77,9 +80,25 @@ class IncrementalDecoder(Protocol[CacheT]):
 
     def decode_step(self, prev: Tensor, state: CacheT) -> tuple[Tensor, CacheT]:
         """Feed each row's previous token, prev: (N,) → (N, V) float32 log-probabilities of each row's next
-        token, a tensor search may change in place, and the state advanced by one position. Search's early stop
-        relies on them being log-probabilities (never above 0)."""
+        token (or (N, C), over the state's `columns`), a tensor search may change in place, and the state
+        advanced by one position. Search's early stop relies on them being log-probabilities (never above 0)."""
         ...
+
+
+def token_columns(state: DecoderCache) -> Tensor | None:
+    """The token ids of the columns of a decoder's log-probabilities (the state's `columns`); None: every token,
+    in order."""
+    return getattr(state, "columns", None)
+
+
+def column_of(tokens: Tensor, columns: Tensor | None) -> Tensor:
+    """The columns that hold `tokens` (each one among the `columns`, as a shortlist's forced tokens are)."""
+    return tokens if columns is None else torch.searchsorted(columns, tokens.contiguous())
+
+
+def token_of(column: Tensor, columns: Tensor | None) -> Tensor:
+    """The tokens that the columns `column` stand for."""
+    return column if columns is None else columns[column]
 
 
 @dataclass(frozen=True)
@@ -173,45 +192,49 @@ class Constraints:
         prefix = None if self.prefix is None else change(self.prefix)
         return replace(self, max_len=change(self.max_len), prefix=prefix)
 
-    def constrain(self, log_probs: Tensor, step: int, history: Tensor) -> Tensor:
+    def constrain(self, log_probs: Tensor, step: int, history: Tensor, columns: Tensor | None = None) -> Tensor:
         """Forbid what may not come next, in place, and return `log_probs`: PAD and BOS always, EOS before
         `min_len` tokens, anything but EOS once a row has `max_len` tokens (the length cap wins over `min_len`),
         a token that would repeat an n-gram of the row's `history` with `no_repeat_ngram` n > 0, and anything but
         the prefix's token while a row is inside its target prefix (a prefix is the user's: it may repeat).
 
-        log_probs: (N, V) for the token at position `step`, i.e. after `step` tokens; history: (N, ≥ step) the
-        rows' tokens so far, then anything (only the first `step` columns are read).
+        log_probs: (N, V) for the token at position `step`, i.e. after `step` tokens, or (N, C) over the token ids
+        `columns` (`token_columns`), which must hold PAD, BOS, EOS and the prefix's tokens; history: (N, ≥ step)
+        the rows' tokens so far, then anything (only the first `step` columns are read).
         """
         if self.no_repeat_ngram and step >= self.no_repeat_ngram:
-            ban_repeated_ngrams(log_probs, history[:, :step], self.no_repeat_ngram)
+            ban_repeated_ngrams(log_probs, history[:, :step], self.no_repeat_ngram, columns)
         if self.prefix is not None and step < self.prefix.shape[1]:
             token = self.prefix[:, step]
             inside = token != PAD
             if bool(inside.any()):
-                keep = log_probs[inside].gather(1, token[inside].unsqueeze(1))
-                log_probs[inside] = torch.full_like(log_probs[inside], -torch.inf).scatter_(
-                    1, token[inside].unsqueeze(1), keep)
+                column = column_of(token[inside], columns).unsqueeze(1)
+                keep = log_probs[inside].gather(1, column)
+                log_probs[inside] = torch.full_like(log_probs[inside], -torch.inf).scatter_(1, column, keep)
+        pad, bos, eos = (PAD, BOS, EOS) if columns is None else column_of(
+            torch.tensor([PAD, BOS, EOS], device=columns.device), columns).tolist()
         at_limit = self.max_len <= step
         if step < self.min_len:
-            log_probs[:, EOS].masked_fill_(~at_limit, -torch.inf)
+            log_probs[:, eos].masked_fill_(~at_limit, -torch.inf)
         if bool(at_limit.any()):
             not_eos = torch.ones(log_probs.shape[1], dtype=torch.bool, device=log_probs.device)
-            not_eos[EOS] = False
+            not_eos[eos] = False
             log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, -torch.inf)
-        log_probs[:, PAD] = -torch.inf
-        log_probs[:, BOS] = -torch.inf
+        log_probs[:, pad] = -torch.inf
+        log_probs[:, bos] = -torch.inf
         return log_probs
 
 
-def ban_repeated_ngrams(log_probs: Tensor, history: Tensor, n: int) -> None:
+def ban_repeated_ngrams(log_probs: Tensor, history: Tensor, n: int, columns: Tensor | None = None) -> None:
     """Set to -inf, in place, each token that would complete an n-gram the row already holds (fairseq's and
     CTranslate2's no_repeat_ngram_size): wherever the row's last n - 1 tokens occurred before, the token that
-    followed them then is banned now. history: (N, T) with T ≥ n."""
+    followed them then is banned now. history: (N, T) with T ≥ n; `columns`: as `Constraints.constrain`'s (a
+    banned token was produced before, so it is among them)."""
     windows = history.unfold(1, n, 1)  # (N, T - n + 1, n): every n-gram so far
     recent = history[:, history.shape[1] - n + 1 :].unsqueeze(1)  # (N, 1, n - 1): what a new n-gram starts with
     matches = (windows[:, :, : n - 1] == recent).all(dim=2)  # (N, T - n + 1)
     rows, where = matches.nonzero(as_tuple=True)
-    log_probs[rows, windows[rows, where, n - 1]] = -torch.inf
+    log_probs[rows, column_of(windows[rows, where, n - 1], columns)] = -torch.inf
 
 
 def _start(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, steps: int) -> CacheT:
@@ -290,9 +313,11 @@ def _decode_one_path_per_row(model: IncrementalDecoder[CacheT], src: Tensor, src
             if attention is None:
                 attention = row_attention.new_zeros(batch, steps, row_attention.shape[1])
             attention[:, step] = row_attention
-        scores = constraints.constrain(log_probs, step, tokens)
-        prev = pick(scores, rows, step)
-        chosen = scores.gather(1, prev.unsqueeze(1)).squeeze(1)
+        columns = token_columns(state)
+        scores = constraints.constrain(log_probs, step, tokens, columns)
+        column = pick(scores, rows, step)
+        chosen = scores.gather(1, column.unsqueeze(1)).squeeze(1)
+        prev = token_of(column, columns)
         log_prob += chosen
         tokens[:, step], token_log_probs[:, step] = prev, chosen
         ended = prev == EOS
@@ -488,8 +513,10 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
             row_attention = getattr(state, "attention", None)
         if attention is not None:
             attention[:, step] = row_attention
-        constraints.repeat_interleave(beam).constrain(log_probs, step, tokens)
-        scores, parent, token = top_candidates(beam_scores, log_probs, beam)
+        columns = token_columns(state)
+        constraints.repeat_interleave(beam).constrain(log_probs, step, tokens, columns)
+        scores, parent, column = top_candidates(beam_scores, log_probs, beam)
+        token = token_of(column, columns)
         parent_row = parent + torch.arange(0, len(sentence) * beam, beam, device=device).unsqueeze(1)
 
         ends = (token[:, :beam] == EOS) & scores[:, :beam].isfinite()

@@ -59,9 +59,6 @@ class ShardOutput:
         self.partial = path.with_name(path.name + ".partial")
         self.about = path.with_name(path.name + ".partial.json")
 
-    def done(self) -> bool:
-        return self.path.exists()
-
     def resume(self) -> tuple[int, BinaryIO]:
         """(the complete lines already written, OUT.partial open to append the next ones). A partial output of
         another translation is refused; one without its description is not trusted, and is started again."""

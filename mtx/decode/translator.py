@@ -9,7 +9,8 @@ a checkpoint's model on its device in the numeric format asked for.
 `translate_sentences` (what the trainer's validation calls) and the `mtx translate` command
 (mtx.decode.command, which feeds it bounded windows of lines) share it. Asked for an `alignment_layer`, it
 also word-aligns every hypothesis it returns (mtx.decode.alignment), from the attention the search carries.
-Given several models, it searches them as one ensemble (mtx.decode.ensemble).
+Given several models, it searches them as one ensemble (mtx.decode.ensemble); given `decode.shortlist` and the
+checkpoint's lexical table, each sentence over its own shortlist of target tokens (mtx.decode.shortlist).
 
 Length limits. A source longer than the model's `max_positions` (EOS included) is truncated to fit, and counted
 so the command can warn; translations are never split, and a given translation too long to score whole is
@@ -32,13 +33,15 @@ import torch
 
 from mtx.config.recipe import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
+from mtx.data.lexicon import Lexicon
 from mtx.decode.alignment import AligningDecoder, Alignment, align_searched, aligning_layer
 from mtx.decode.doubts import DoubtThresholds, doubts
 from mtx.decode.ensemble import Ensemble, load_models
 from mtx.decode.forced import forced_scores
 from mtx.decode.limits import ModelLimits
 from mtx.decode.sampling import line_indices
-from mtx.decode.search import Constraints, Hypothesis, LengthPenalty, Sampling, search
+from mtx.decode.search import Constraints, Hypothesis, IncrementalDecoder, LengthPenalty, Sampling, search
+from mtx.decode.shortlist import Shortlist, ShortlistDecoder
 from mtx.devices import available_memory, choose_device, choose_dtype, half_precision_model
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
@@ -95,6 +98,7 @@ class Translator:
     stats: TranslationStats = field(default_factory=TranslationStats)
     alignment_layer: int | None = None
     doubt_thresholds: DoubtThresholds | None = None  # flag doubtful translations (mtx.decode.doubts); None: do not
+    lexicon: Lexicon | None = None  # the first checkpoint's lexical table, which decode.shortlist needs
 
     def __post_init__(self) -> None:
         if self.batch_tokens < 1:
@@ -102,7 +106,9 @@ class Translator:
         self.models: list[Transformer] = [self.model] if isinstance(self.model, Transformer) else list(self.model)
         first = self.models[0]
         self.limits = ModelLimits.of_configs([(model.cfg, model.vocab_size) for model in self.models])
-        self.decode.validate_flags(first.vocab_size)
+        self.decode.validate_flags(first.vocab_size, lexicon_width=0 if self.lexicon is None else self.lexicon.width)
+        self.shortlist = None if not self.decode.shortlist else Shortlist(
+            self.lexicon, self.decode.shortlist, self.decode.shortlist_frequent)
         if self.alignment_layer is not None:
             aligning_layer(True, self.alignment_layer, self.limits.decoder_layers)
         self.max_positions: int = self.limits.max_positions
@@ -177,8 +183,9 @@ class Translator:
 
         def score_batch(batch: list[int]) -> list[Hypothesis]:
             src = padded([sources[j] for j in batch]).to(self.device)
-            decoder = self.models[0] if len(self.models) == 1 else Ensemble(self.models)
-            return forced_scores(decoder, src, src == PAD, [given[j] for j in batch], penalty)
+            targets = [given[j] for j in batch]
+            decoder = self._decoder([sources[j] for j in batch], targets, aligning=False)
+            return forced_scores(decoder, src, src == PAD, targets, penalty)
 
         results: list[Translation | None] = [None] * len(sentences)
         for batch, scored in zip(batches, map_in_threads(score_batch, batches, at_once, threads_each), strict=True):
@@ -264,11 +271,7 @@ class Translator:
         """One batch's n-best lists, and their alignments when asked for (None otherwise)."""
         src = padded(sources).to(self.device)
         src_pad, d = src == PAD, self.decode
-        # Only a search whose hypotheses are to be aligned asks the (first) model for its attention.
-        first = self.models[0]
-        members = [first if self.alignment_layer is None else AligningDecoder(first, self.alignment_layer),
-                   *self.models[1:]]
-        decoder = members[0] if len(members) == 1 else Ensemble(members)
+        decoder = self._decoder(sources, prefixes, aligning=self.alignment_layer is not None)
         sampling = None if not d.sampling else Sampling(d.seed, line_indices(lines),
                                                         d.temperature, d.topk or 0, d.topp)
         prefix = None if prefixes is None or not any(prefixes) else padded(prefixes).to(self.device)
@@ -278,6 +281,19 @@ class Translator:
         if self.alignment_layer is None:
             return nbests, None
         return nbests, align_searched(self.tokenizer, sources, nbests)
+
+
+    def _decoder(self, sources: list[list[int]], forced: list[list[int]] | None, aligning: bool
+                 ) -> IncrementalDecoder:
+        """What searches or scores one batch: the model, or the ensemble of the models; the first one asked for
+        its attention where the hypotheses are to be aligned (`aligning`), and each over the sentences'
+        shortlists where decode.shortlist asks for them (the tokens `forced` on each sentence among them)."""
+        candidates = None if self.shortlist is None else self.shortlist.candidates(sources, forced)
+        members: list[IncrementalDecoder] = []
+        for i, model in enumerate(self.models):
+            member = AligningDecoder(model, self.alignment_layer) if aligning and i == 0 else model
+            members.append(member if candidates is None else ShortlistDecoder(member, model, candidates))
+        return members[0] if len(members) == 1 else Ensemble(members)
 
 
 def batches_at_once(device: torch.device, threads: int, batches: int) -> tuple[int, int]:
@@ -315,9 +331,10 @@ def translate_sentences(model: Transformer, tokenizer: Tokenizer, sentences: lis
     """The best translation of each (normalised) sentence, in order: what validation BLEU needs.
 
     `model` is an unwrapped mtx Transformer; it is put in eval mode for the search and back as it was after.
-    Only the best translation is kept, so one is searched for whatever `decode.nbest` asks.
+    Only the best translation is kept, so one is searched for whatever `decode.nbest` asks, and over the whole
+    vocabulary whatever `decode.shortlist` asks: validation measures the model, not a speed-up.
     """
-    translator = Translator(model, tokenizer, dataclasses.replace(decode, nbest=1), batch_tokens)
+    translator = Translator(model, tokenizer, dataclasses.replace(decode, nbest=1, shortlist=0), batch_tokens)
     was_training = model.training
     model.eval()
     try:

@@ -32,6 +32,10 @@ def export(
     quantization: Annotated[str | None, typer.Option(
         metavar="int8|int8_float16|float16|bfloat16", help="CTranslate2 weights' type [default: float32].")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace OUT/ if it exists and is not empty.")] = False,
+    shortlist: Annotated[int | None, typer.Option(
+        metavar="K", help="ctranslate2: write vmap.txt, CTranslate2's shortlist (translate_batch(use_vmap=True)), "
+        "from the checkpoint's lexical table: K translations per source token and the recipe's "
+        "decode.shortlist_frequent most frequent tokens; 0: none [default: the recipe's decode.shortlist].")] = None,
 ) -> None:
     """Export a checkpoint for serving with Hugging Face transformers or CTranslate2 (needs mtx[export]).
 
@@ -45,15 +49,16 @@ def export(
     """
     from mtx.checkpoint import describe_checkpoint
 
-    exported = export_checkpoint(model, to, output, quantization=quantization, force=force)
+    exported = export_checkpoint(model, to, output, quantization=quantization, force=force, shortlist=shortlist)
     sys.stderr.write(f"exported {model} ({describe_checkpoint(exported)}) → {output} "
                      f"({to}{f', {quantization}' if quantization else ''})\n")
 
 
 def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantization: str | None = None,
-                      force: bool = False) -> dict:
+                      force: bool = False, shortlist: int | None = None) -> dict:
     """Export the checkpoint at `checkpoint_path` to `folder` in the `target` format (see the module's docstring);
-    the checkpoint. Its weights to translate with are exported: the moving average's, where the run kept one."""
+    the checkpoint. Its weights to translate with are exported: the moving average's, where the run kept one.
+    `shortlist`: the translations per source token of CTranslate2's vmap.txt (None: the recipe's)."""
     from mtx.checkpoint import load_model
     from mtx.config.recipe import DecodeConfig
     from mtx.export.ctranslate2 import QUANTIZATIONS
@@ -67,10 +72,12 @@ def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantiza
                        "weights, which transformers can load in another precision (torch_dtype=...).")
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise MtxError(f"--quantization {quantization} is not one of {', '.join(QUANTIZATIONS)}.")
+    if shortlist is not None and target != "ctranslate2":
+        raise MtxError("--shortlist applies to --to ctranslate2 only: transformers has no vocabulary shortlist.")
     require_extra("export", TARGETS[target], f"mtx export --to {target}")
     check_destination(folder, force)
     model, _, checkpoint = load_model(checkpoint_path)
-    decode = DecodeConfig.of_checkpoint(checkpoint)
+    decode = DecodeConfig.of_checkpoint(checkpoint, **({} if shortlist is None else {"shortlist": shortlist}))
     if target == "hf":
         from mtx.export.hf import hf_notes, hf_usage, save_hf_folder
 
@@ -79,10 +86,15 @@ def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantiza
                           hf_notes(decode))
         write_folder(folder, lambda out: save_hf_folder(model, checkpoint["tokenizer"], decode, out), card, force)
     else:
+        from mtx.data.lexicon import Lexicon
         from mtx.export.ctranslate2 import ctranslate2_notes, ctranslate2_usage, save_ctranslate2_folder
 
+        lexicon = Lexicon.of_checkpoint(checkpoint)
+        decode.validate_flags(model.vocab_size, lexicon_width=0 if lexicon is None else lexicon.width)
+        listed = decode.shortlist and lexicon is not None
         card = model_card(checkpoint_path, checkpoint, f"CTranslate2, {quantization or 'float32'}",
-                          ctranslate2_usage(folder, decode), ctranslate2_notes(decode))
-        write_folder(folder, lambda out: save_ctranslate2_folder(model, checkpoint["tokenizer"], out, quantization),
+                          ctranslate2_usage(folder, decode, listed), ctranslate2_notes(decode))
+        write_folder(folder, lambda out: save_ctranslate2_folder(model, checkpoint["tokenizer"], out, quantization,
+                                                                 (lexicon, decode) if listed else None),
                      card, force)
     return checkpoint

@@ -26,9 +26,10 @@ import torch
 from torch import Tensor, nn
 
 from mtx.config.recipe import DecodeConfig
+from mtx.data.lexicon import Lexicon
 from mtx.export.tokenizer import TOKENIZER_NOTE, exported_tokenizer, token_strings
 from mtx.model.transformer import Transformer
-from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, UNK
+from mtx.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 
 QUANTIZATIONS = ("int8", "int8_float16", "float16", "bfloat16")
 INT8_QUANTIZATIONS = ("int8", "int8_float16")
@@ -150,16 +151,37 @@ def _set_feed_forward(spec, layer: nn.Module) -> None:
     _set_norm(spec.layer_norm, layer.ffn_residual.norm)
 
 
-def save_ctranslate2_folder(model: Transformer, tokenizer_json: str, folder: Path, quantization: str | None) -> None:
-    """The CTranslate2 model and, beside it, the tokenizer its README uses."""
+def save_ctranslate2_folder(model: Transformer, tokenizer_json: str, folder: Path, quantization: str | None,
+                            shortlist: tuple[Lexicon, DecodeConfig] | None = None) -> None:
+    """The CTranslate2 model and, beside it, the tokenizer its README uses; with `shortlist` (a lexical table
+    and the decoding options that say how much of it to use), its vocabulary map too (`write_vocabulary_map`)."""
     tokenizer = exported_tokenizer(tokenizer_json)
-    convert_to_ctranslate2(model, token_strings(tokenizer, model.vocab_size), folder, quantization)
+    tokens = token_strings(tokenizer, model.vocab_size)
+    convert_to_ctranslate2(model, tokens, folder, quantization)
     tokenizer.save(str(folder / "tokenizer.json"))
+    if shortlist is not None:
+        lexicon, decode = shortlist
+        write_vocabulary_map(lexicon, decode.shortlist, decode.shortlist_frequent, tokens, folder / "vmap.txt")
 
 
-def ctranslate2_usage(folder: Path, decode: DecodeConfig) -> str:
+def write_vocabulary_map(lexicon: Lexicon, translations: int, frequent: int, tokens: list[str], path: Path) -> None:
+    """CTranslate2's vocabulary map (its `use_vmap`) from a lexical table: a line `<tab>` + the `frequent` most
+    frequent target tokens, which every batch's candidates hold, then a line `source<tab>targets` for each source
+    token seen in training, its `translations` likeliest targets, tokens spelt as the exported vocabulary spells
+    them. CTranslate2 takes a batch's union of them, where `mtx translate --shortlist` takes each sentence's own."""
+    lines = ["\t" + " ".join(tokens[t] for t in lexicon.frequent[:frequent])]
+    for source, row in enumerate(lexicon.translations[:, :translations]):
+        targets = [tokens[t] for t in row if t != PAD]
+        if targets:
+            lines.append(f"{tokens[source]}\t{' '.join(targets)}")
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def ctranslate2_usage(folder: Path, decode: DecodeConfig, shortlist: bool = False) -> str:
     """The lines that translate with the exported folder, for its README. min_decoding_length is the recipe's
-    min_len, as mtx's: CTranslate2's own default of 1 would never give the empty translation that mtx can."""
+    min_len, as mtx's: CTranslate2's own default of 1 would never give the empty translation that mtx can.
+    `shortlist`: the folder holds a vocabulary map, which the call uses."""
+    vmap = " use_vmap=True," if shortlist else ""
     return f'''import ctranslate2
 from tokenizers import Tokenizer
 
@@ -167,7 +189,7 @@ translator = ctranslate2.Translator("{folder}", device="cpu")  # in the saved pr
 tokenizer = Tokenizer.from_file("{folder}/tokenizer.json")
 tokenizer.encode_special_tokens = True  # "</s>" typed in a sentence is text, as in mtx
 sources = [tokenizer.encode(s).tokens for s in ["The old friends tidy up his kitchen."]]  # ends with </s>
-results = translator.translate_batch(sources, beam_size={decode.beam}, length_penalty={decode.lenpen},
+results = translator.translate_batch(sources, beam_size={decode.beam}, length_penalty={decode.lenpen},{vmap}
                                      min_decoding_length={decode.min_len}, suppress_sequences=[["<pad>"], ["<s>"]])
 print([tokenizer.decode([tokenizer.token_to_id(t) for t in r.hypotheses[0]]) for r in results])'''
 

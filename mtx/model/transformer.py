@@ -473,15 +473,20 @@ class Transformer(nn.Module):
         return per_position * (2 * rows * max_len + sentences * source_len)
 
     def decode_step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
-        """Feed one token per sentence, (B,), at position `state.step` → (B, V) float32 log-probabilities."""
+        """Feed one token per row, (N,), at position `state.step` → (N, V) float32 log-probabilities."""
+        hidden, state = self.decode_hidden(prev, state)
+        return F.log_softmax(self.output_logits(hidden).float(), dim=-1), state
+
+    def decode_hidden(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        """`decode_step` up to the output layer: (N, D) final decoder states, for an output layer over fewer
+        tokens than the vocabulary (mtx.decode.shortlist)."""
         if state.step >= state.max_len:
             raise SequenceTooLongError(f"The decoder state holds {state.max_len} positions; all are used.")
         x = self.embed(self.tgt_embed, prev.unsqueeze(1), start=state.step)
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, i, state)
-        logits = self.output_logits(self.decoder_norm(x)).squeeze(1)
         state.step += 1
-        return F.log_softmax(logits.float(), dim=-1), state
+        return self.decoder_norm(x).squeeze(1), state
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -69,17 +69,18 @@ def serve_batches(connection: Connection, checkpoints: Sequence[Path], device: s
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
+    from mtx.data.lexicon import Lexicon
     from mtx.decode.doubts import DoubtThresholds
     from mtx.decode.translator import Translator, load_prepared
 
     torch.set_num_threads(threads)
     try:
         prepared, tokenizer, loaded = load_prepared(checkpoints, device, dtype)
-        thresholds = DoubtThresholds.of_checkpoint(loaded[0])
+        thresholds, lexicon = DoubtThresholds.of_checkpoint(loaded[0]), Lexicon.of_checkpoint(loaded[0])
 
         def translator(options: BatchOptions) -> Translator:
             return Translator(prepared, tokenizer, options.decode, batch_tokens,
-                              alignment_layer=options.alignment_layer, doubt_thresholds=thresholds)
+                              alignment_layer=options.alignment_layer, doubt_thresholds=thresholds, lexicon=lexicon)
 
         with torch.inference_mode():
             translator(BatchOptions(DecodeConfig.of_checkpoint(loaded[0]))).translate(WARM_UP)

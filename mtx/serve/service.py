@@ -96,6 +96,7 @@ class TranslationService:
         self.batcher: Batcher | None = None
         self.decoding_processes: list[DecodingProcess] = []
         self.checkpoint: dict[str, Any] | None = None  # the first model's metadata, once read: its recipe's options
+        self.lexicon_width = 0  # translations per source token of the first model's lexical table (0: none)
         self.model: ModelLimits | None = None  # set last by `_load`: once it is, so is all a request is checked by
 
     def load(self) -> None:
@@ -111,6 +112,7 @@ class TranslationService:
 
     def _load(self) -> None:
         from mtx.checkpoint import describe_checkpoint
+        from mtx.data.lexicon import Lexicon
         from mtx.decode.ensemble import read_metadata
         from mtx.decode.translator import batches_at_once
         from mtx.devices import choose_device
@@ -124,6 +126,8 @@ class TranslationService:
         # Meanwhile, this process reads what the checkpoints say of themselves, which requests are checked against.
         self.tokenizer, loaded = read_metadata(self.checkpoints)
         self.checkpoint = loaded[0]
+        lexicon = Lexicon.of_checkpoint(self.checkpoint)
+        self.lexicon_width = 0 if lexicon is None else lexicon.width
         self.model = ModelLimits.of_checkpoints(loaded)
         for process in self.decoding_processes:
             process.wait_ready()
@@ -163,7 +167,7 @@ class TranslationService:
         decode_options = {k: v for k, v in options.items() if k in DECODE_OPTIONS}
         decode = DecodeConfig.of_checkpoint(self.checkpoint, **decode_options)
         problem = decode.first_problem(lambda name: name, " = ", vocabulary=self.model.vocab_size,
-                                       given=decode_options)
+                                       given=decode_options, lexicon_width=self.lexicon_width)
         if problem is not None:
             raise RequestError(400, problem[1], problem[0])
         for name in ("beam", "nbest"):

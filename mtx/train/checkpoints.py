@@ -56,6 +56,7 @@ from mtx.checkpoint import (
 )
 from mtx.config.recipe import Recipe
 from mtx.config.run_recipe import shape_differences
+from mtx.data.lexicon import Lexicon
 from mtx.errors import MtxError
 from mtx.files import atomic_write
 from mtx.model.transformer import Transformer
@@ -76,12 +77,13 @@ class CheckpointKeeper:
     def __init__(self, recipe: Recipe, ctx: distributed.Context, model: Transformer, tokenizer: Tokenizer,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, say: Callable[[str], None],
                  ema: WeightAverage | None = None, data_stats: dict[str, Any] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """`data_stats`: what the training data says of its pairs (mtx.decode.doubts), stored in every checkpoint;
-        `clock`: the seconds that train.save_every_minutes counts."""
+                 lexicon: Lexicon | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """`data_stats`: what the training data says of its pairs (mtx.decode.doubts), and `lexicon`: its
+        lexical table (mtx.data.lexicon), which decoding shortlists are made of, both stored in every
+        checkpoint; `clock`: the seconds that train.save_every_minutes counts."""
         self.recipe, self.ctx, self.say, self.clock = recipe, ctx, say, clock
         self.model, self.tokenizer, self.optimizer, self.scaler = model, tokenizer, optimizer, scaler
-        self.ema, self.data_stats = ema, data_stats
+        self.ema, self.data_stats, self.lexicon = ema, data_stats, lexicon
         self.directory = recipe.run_path / "checkpoints"
         self.saved_step = 0  # the step of the newest checkpoint, written or being written: a stop need not save it
         self.last_save_time = self.clock()  # train.save_every_minutes counts from the last save or resume
@@ -232,6 +234,8 @@ class CheckpointKeeper:
                                      copy, ema=ema, ema_decay=self.recipe.train.ema_decay, ema_only=ema_only)
         if self.data_stats is not None:
             checkpoint["data_stats"] = self.data_stats
+        if self.lexicon is not None:
+            checkpoint["lexicon"] = self.lexicon.to_checkpoint()
         return checkpoint
 
 

@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from mtx.config.recipe import ModelConfig, Recipe
 from mtx.data.batching import Batch, BatchPlan, update_shape
 from mtx.data.bpe_dropout import GROWTH_SAMPLE, BpeDropout, SegmentingWorkers, growth
+from mtx.data.lexicon import Lexicon
 from mtx.data.prepared import TokenSplit, load_manifest, load_split
 from mtx.decode.doubts import training_statistics
 from mtx.devices import allow_tf32, available_memory, choose_dtype
@@ -139,8 +140,9 @@ def build_run(recipe: Recipe, ctx: distributed.Context, hooks: Hooks | None = No
     # what the data says of its pairs goes into checkpoints, which rank 0 alone writes
     data_stats = training_statistics(train_split.src_lens, train_split.tgt_lens,
                                      lambda i: (train_split.src(i), train_split.tgt(i))) if ctx.is_main else None
+    lexicon = Lexicon.load(data_dir) if ctx.is_main else None
     keeper = CheckpointKeeper(recipe, ctx, model, tokenizer, optimizer, precision.scaler, say=log.say, ema=ema,
-                              data_stats=data_stats, clock=hooks.clock)
+                              data_stats=data_stats, lexicon=lexicon, clock=hooks.clock)
     return RunParts(recipe, ctx, hooks, log, tokenizer, train_split, plan, bpe_dropout, segmenting, model, precision,
                     optimizer, ema, signals, budgets, validator, keeper)
 

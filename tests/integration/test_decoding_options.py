@@ -1,4 +1,5 @@
-"""`mtx translate` beyond search: sampling (reproducible per line), target prefixes, scoring given translations."""
+"""`mtx translate` beyond search: sampling (reproducible per line), shards, target prefixes, scoring given
+translations, shortlists."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import translate_cli
+from support import MemorySplit, translate_cli
 
+from mtx.checkpoint import save_checkpoint
 from mtx.config.recipe import DecodeConfig
+from mtx.data.lexicon import learn_lexicon
 from mtx.decode.sampling import draw, filtered, uniforms
 from mtx.decode.translator import Translator
 from mtx.errors import MtxError
@@ -276,6 +279,41 @@ def test_a_worse_translation_scores_lower(copying: dict) -> None:
     bad = translator.forced_scores(copying["held_out"], [" ".join(reversed(s.split())) for s in copying["held_out"]])
     assert all(b.score < g.score for g, b in zip(good, bad, strict=True) if g.text != b.text)
     assert all(math.isfinite(g.score) and g.score <= 0 for g in good)
+
+
+# ---- shortlists (--shortlist)
+
+
+def with_lexicon(copying: dict) -> Path:
+    """The copy model's checkpoint carrying a lexical table learnt from the held-out sentences copied (each token
+    its own translation, as the copy task's training pairs would teach)."""
+    checkpoint = copying["folder"] / "copy-lexicon.pt"
+    if not checkpoint.exists():
+        ids = copying["tokenizer"].encode_batch(copying["held_out"])
+        lexicon = learn_lexicon(MemorySplit([(s, s) for s in ids]), copying["model"].vocab_size, 10, 5)
+        stored = torch.load(copying["checkpoint"], weights_only=True)
+        save_checkpoint({**stored, "lexicon": lexicon.to_checkpoint()}, checkpoint)
+    return checkpoint
+
+
+def test_a_shortlist_of_the_tables_translations_copies_as_the_whole_vocabulary_does(copying: dict) -> None:
+    whole = run(copying, "--format", "jsonl")
+    listed = {**copying, "checkpoint": with_lexicon(copying)}
+    shortlisted = run(listed, "--shortlist", "3", "--shortlist-frequent", "0", "--format", "jsonl")
+    assert [json.loads(line)["text"] for line in shortlisted] == [json.loads(line)["text"] for line in whole]
+    for layout in (("--batch-tokens", "40", "--threads", "1"), ("--batch-tokens", "400", "--threads", "2")):
+        again = run(listed, "--shortlist", "3", "--shortlist-frequent", "0", "--format", "jsonl", *layout)
+        assert [json.loads(line)["tokens"] for line in again] == [json.loads(line)["tokens"] for line in shortlisted]
+    # each sentence's distribution renormalised over its few tokens: surer of each
+    assert all(json.loads(a)["score"] >= json.loads(b)["score"] - 1e-6 for a, b in zip(shortlisted, whole,
+                                                                                      strict=True))
+
+
+def test_a_shortlist_is_refused_without_a_table_or_beyond_its_width(copying: dict) -> None:
+    result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), "--shortlist", "5"])
+    assert result.exit_code == 1 and "--shortlist 5 needs the checkpoint's lexical table" in str(result.exception)
+    result, _ = translate_cli(["-m", str(with_lexicon(copying)), "-i", str(copying["source"]), "--shortlist", "11"])
+    assert result.exit_code == 1 and "more than the 10 translations per source token" in str(result.exception)
 
 
 # ---- bad input

@@ -20,16 +20,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import copy_task
+from support import MemorySplit, copy_task
 
 import mtx.export.hf
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import ModelConfig, resolve_model
+from mtx.data.lexicon import learn_lexicon
 from mtx.decode.search import Constraints, LengthPenalty, search
 from mtx.errors import MtxError
 from mtx.export.command import export_checkpoint
 from mtx.export.ctranslate2 import INT8_WEIGHT_LEVELS
 from mtx.export.hf import TOKENIZER_CLASS, TRANSFORMERS_4_ONLY
+from mtx.export.tokenizer import exported_tokenizer, token_strings
 from mtx.model.transformer import Transformer
 from mtx.score.metrics import corpus_bleu
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
@@ -123,14 +125,14 @@ def test_hf_export_translates_in_the_translation_pipeline(copy_run: dict, tmp_pa
     assert run_card_code(pipeline_code, text) == f"{[{'translation_text': text}]}\n"
 
 
-def ct2_greedy(folder: Path, texts: list[str], compute_type: str) -> list[list[int]]:
+def ct2_greedy(folder: Path, texts: list[str], compute_type: str, use_vmap: bool = False) -> list[list[int]]:
     ctranslate2 = pytest.importorskip("ctranslate2")
     from tokenizers import Tokenizer as HfTokenizer
 
     tokenizer = HfTokenizer.from_file(str(folder / "tokenizer.json"))
     translator = ctranslate2.Translator(str(folder), device="cpu", compute_type=compute_type)
     results = translator.translate_batch([tokenizer.encode(t).tokens for t in texts], beam_size=1,
-                                         suppress_sequences=[["<pad>"], ["<s>"]])
+                                         suppress_sequences=[["<pad>"], ["<s>"]], use_vmap=use_vmap)
     return [[tokenizer.token_to_id(t) for t in r.hypotheses[0]] for r in results]
 
 
@@ -152,6 +154,28 @@ def test_ctranslate2_export_float32_decodes_mtx_tokens_and_int8_its_bleu(copy_ru
     assert len(linear_weights) == sum(isinstance(m, torch.nn.Linear) for m in copy_run["model"].modules())
     assert all(w.abs().amax(dim=1).eq(INT8_WEIGHT_LEVELS).all() for w in int8_weights.values())
     assert "ctranslate2.Translator" in (tmp_path / "int8" / "README.md").read_text()
+
+
+def test_ctranslate2_export_carries_the_shortlist_as_its_vocabulary_map(copy_run: dict, tmp_path: Path) -> None:
+    pytest.importorskip("ctranslate2")
+    texts, tokenizer, model = copy_run["held_out"], copy_run["tokenizer"], copy_run["model"]
+    ids = tokenizer.encode_batch(texts)
+    lexicon = learn_lexicon(MemorySplit([(s, s) for s in ids]), model.vocab_size, 10, 5)
+    checkpoint = tmp_path / "lexicon.pt"
+    save_checkpoint({**make_checkpoint(model, tokenizer.to_str(), RECIPE, 250), "lexicon": lexicon.to_checkpoint()},
+                    checkpoint)
+    export_checkpoint(checkpoint, "ctranslate2", tmp_path / "plain", shortlist=0)
+    assert not (tmp_path / "plain" / "vmap.txt").exists()
+    export_checkpoint(checkpoint, "ctranslate2", tmp_path / "listed", shortlist=3)
+    lines = (tmp_path / "listed" / "vmap.txt").read_text(encoding="utf-8").splitlines()
+    strings = token_strings(exported_tokenizer(tokenizer.to_str()), model.vocab_size)  # as the export spells them
+    assert lines[0] == "\t" + " ".join(strings[t] for t in lexicon.frequent[:100])  # the recipe's frequent tokens
+    first = next(line for line in lines[1:] if line.startswith(strings[ids[0][0]] + "\t"))
+    assert first.split("\t")[1].split() == [strings[t] for t in lexicon.translations[ids[0][0], :3]]
+    assert "use_vmap=True" in (tmp_path / "listed" / "README.md").read_text()
+    assert ct2_greedy(tmp_path / "listed", texts, "float32", use_vmap=True) == mtx_greedy(model, tokenizer, texts)
+    with pytest.raises(MtxError, match="more than the 10 translations per source token"):
+        export_checkpoint(checkpoint, "ctranslate2", tmp_path / "wide", shortlist=11)
 
 
 def saved_int8_weights(model_bin: Path) -> dict[str, torch.Tensor]:

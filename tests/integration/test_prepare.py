@@ -21,6 +21,7 @@ from rich.console import Console
 import mtx.data.corpora
 import mtx.data.prepare
 from mtx.config.loading import load_recipe
+from mtx.data.lexicon import Lexicon
 from mtx.data.prepare import prepare
 from mtx.data.prepared import load_manifest, load_split
 from mtx.errors import MtxError
@@ -191,6 +192,22 @@ def test_rerun_is_a_no_op_unless_the_data_section_or_inputs_change(tmp_path: Pat
     assert reprepare()
     assert [t for _, t in _decoded(data_dir, "test")] == ["der Hund schläft", "ein langer Satz"]
     assert not reprepare()
+
+
+def test_the_lexical_table_is_learnt_with_the_data_and_alone_when_its_settings_change(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, _files_source(tmp_path))
+    data_dir = tmp_path / "run" / "data"
+    _prepare_quietly(path)
+    lexicon = Lexicon.load(data_dir)
+    assert lexicon is not None and (lexicon.iterations, lexicon.width) == (5, 100)
+    splits = {p.name: p.stat().st_mtime_ns for p in data_dir.glob("*.tokens")}
+    inode = data_dir.stat().st_ino
+    _, printed = _prepare_quietly(path, "data.lexicon.iterations=1", "data.lexicon.width=7")
+    assert "up to date" not in printed and "lexical table" in printed
+    assert (Lexicon.load(data_dir).iterations, Lexicon.load(data_dir).width) == (1, 7)
+    assert data_dir.stat().st_ino == inode  # the splits kept, not prepared again
+    assert {p.name: p.stat().st_mtime_ns for p in data_dir.glob("*.tokens")} == splits
+    assert "up to date" in _prepare_quietly(path, "data.lexicon.iterations=1", "data.lexicon.width=7")[1]
 
 
 def _translations(path: Path, texts: list[str], confidences: list[float], nbest: bool = False) -> Path:

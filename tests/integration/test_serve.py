@@ -267,6 +267,7 @@ def test_decoding_processes_whose_server_was_killed_exit_quietly(start) -> None:
     (b'{"text": ["a"], "alignment_layer": 0}', 400, "alignment_layer", "only applies with alignment"),
     (b'{"text": ["a"], "alignment": true, "alignment_layer": 9}', 400, "alignment_layer", "numbered 0 to"),
     (b'{"text": ["a"], "line_offset": -1}', 400, "line_offset", "must be"),
+    (b'{"text": ["a"], "shortlist": 5}', 400, "shortlist", "shortlist = 5 needs the checkpoint's lexical table"),
     (json.dumps({"text": ["a"] * 9}).encode(), 413, "text", "at most 8 per request (--max-sentences)"),
     (json.dumps({"text": ["a", "b" * 41]}).encode(), 413, "text[1]", "at most 40 per sentence (--max-chars)"),
 ])

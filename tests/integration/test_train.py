@@ -32,6 +32,7 @@ from mtx.checkpoint import load_checkpoint, step_checkpoints
 from mtx.config.fields import parse_duration
 from mtx.config.loading import load_recipe
 from mtx.config.recipe import TrainConfig
+from mtx.data.lexicon import Lexicon
 from mtx.data.prepare import prepare
 from mtx.errors import MtxError
 from mtx.train.components import Hooks, build_run
@@ -98,7 +99,11 @@ def test_resume_is_exact(tmp_path: Path) -> None:
         assert [list(e.values()) for e in got] == [pytest.approx(list(e.values()), rel=1e-6) for e in want]
     assert len(events(straight_metrics, "valid")) == 5
     assert [step for step, _ in step_checkpoints(straight_ckpts)] == [15, 20]  # keep_last
-    assert (straight_ckpts / "best.pt").is_file() and "train_state" not in load_checkpoint(straight_ckpts / "best.pt")
+    best = load_checkpoint(straight_ckpts / "best.pt")
+    assert "train_state" not in best
+    # the data's lexical table travels with every checkpoint, so a shortlist needs no data folder
+    np.testing.assert_array_equal(Lexicon.of_checkpoint(best).translations,
+                                  Lexicon.load(straight_ckpts.parent / "data").translations)
 
 
 def test_the_trainer_runs_each_update_through_its_hook_on_the_clock_it_is_handed(tmp_path: Path) -> None:

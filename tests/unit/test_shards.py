@@ -44,7 +44,6 @@ def test_a_partial_output_keeps_its_complete_lines_and_drops_a_cut_one(tmp_path:
     assert written == 2 and first.partial.read_bytes() == b"eins\nzwei\ndrei\n"
     first.finish()
     assert out.read_bytes() == b"eins\nzwei\ndrei\n" and not first.partial.exists() and not first.about.exists()
-    assert ShardOutput(out, {}).done()
 
 
 def test_a_partial_output_of_another_translation_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
