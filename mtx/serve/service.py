@@ -213,7 +213,8 @@ class TranslationService:
         - without sampling: topk, topp and temperature unset, and nbest at most beam (one branch per beam);
         - with sampling: beam unset or 1; with either, beam and nbest at most `max_beam`, however set;
         - alignment_layer only with alignment, and one of the model's decoder layers;
-        - beam at most the model's vocabulary.
+        - beam at most the model's vocabulary;
+        - shortlist at most the translations per source token of the checkpoint's lexical table (0: it has none).
         """
         if self.model is None:
             return {}
@@ -233,7 +234,8 @@ class TranslationService:
         aligning = [_object(("alignment", {"const": True}, False)), _object(("alignment_layer", NULL, True))]
         return {"allOf": [{"anyOf": [*searches, sampling]}, {"anyOf": aligning},
                           {"properties": {"alignment_layer": {"maximum": self.model.decoder_layers - 1},
-                                          "beam": {"maximum": self.model.vocab_size}}}]}
+                                          "beam": {"maximum": self.model.vocab_size},
+                                          "shortlist": {"maximum": self.lexicon_width}}}]}
 
     async def translate(self, text: list[str], options: dict[str, Any], arrived: float) -> list[dict[str, object]]:
         """The translations of a request's sentences, each as `mtx translate --format jsonl` writes a line;

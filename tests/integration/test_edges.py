@@ -153,8 +153,8 @@ def decode_options(draw: st.DrawFn, server: bool = False) -> dict[str, Any]:
 def rule_breakers(options: dict[str, Any], vocab_size: int, max_beam: int | None = None) -> set[str]:
     """The options that break a rule: their field's range, or one that ties it to another (nbest ≤ beam unless
     sampling; topk, topp and temperature only with sampling; sampling draws with beam 1; a beam at most the
-    vocabulary; the server's --max-beam), all of them: mtx names the first it checks. Empty: the options must
-    decode."""
+    vocabulary; a shortlist only from a checkpoint's lexical table; the server's --max-beam), all of them: mtx
+    names the first it checks. Empty: the options must decode."""
     decode = {**dataclasses.asdict(DecodeConfig()), **RECIPE_DECODE, **options}
     broken = {name for name, value in options.items()
               if (line_offset_problem(value) if name == "line_offset" else value_problem(DECODE_FIELDS[name], value))}
@@ -167,6 +167,8 @@ def rule_breakers(options: dict[str, Any], vocab_size: int, max_beam: int | None
         broken |= {"beam", "sampling"}
     if decode["beam"] > vocab_size:
         broken.add("beam")
+    if decode["shortlist"] > 0:  # the copying checkpoint carries no lexical table for a shortlist to be made of
+        broken.add("shortlist")
     if max_beam is not None:
         broken |= {name for name in ("beam", "nbest") if decode[name] > max_beam}
     return broken
@@ -571,6 +573,8 @@ PREPARE_KEYS: dict[str, Callable[[int | float], bool]] = {
     "data.source.demo.valid": lambda v: v > 1000,
     "data.source.demo.test": lambda v: v > 1000,
     "data.source.demo.seed": lambda v: False,
+    "data.lexicon.iterations": lambda v: False,
+    "data.lexicon.width": lambda v: False,
 }
 
 
