@@ -24,7 +24,7 @@ import torch
 from common import emit_info, set_threads
 
 from mtx.config.decode import DecodeConfig
-from mtx.data.lexicon import learn_lexicon
+from mtx.data.lexicon import Lexicon, learn_lexicon
 from mtx.data.prepared import load_manifest, load_split
 from mtx.decode.shortlist import Shortlist
 from mtx.decode.translator import Translator, load_prepared
@@ -52,7 +52,7 @@ def main() -> None:
     models, tokenizer, metadata = load_prepared([args.checkpoint], "cpu", "fp32")
     decode = dataclasses.replace(DecodeConfig.of_checkpoint(metadata[0]), beam=args.beam)
 
-    def translate(shortlist: int, lexicon=None) -> None:
+    def translate(shortlist: int, lexicon: Lexicon | None = None) -> dict[str, float]:
         translator = Translator(models, tokenizer, dataclasses.replace(decode, shortlist=shortlist,
                                                                          shortlist_frequent=args.frequent),
                                 lexicon=lexicon)

@@ -395,6 +395,15 @@ class MemorySplit:
         return np.array([t for s in sentences for t in s], dtype=np.int64), offsets
 
 
+def copy_lexicon(tokenizer: Tokenizer, vocab_size: int, sentences: list[str], width: int = 10):
+    """The lexical table (5 EM iterations) of `sentences` copied: each token its own translation, as the copy
+    task's training pairs would teach it."""
+    from mtx.data.lexicon import learn_lexicon
+
+    ids = tokenizer.encode_batch(sentences)
+    return learn_lexicon(MemorySplit([(s, s) for s in ids]), vocab_size, width, 5)
+
+
 def run_files(path: Path) -> tuple[Path, Path]:
     run = load_recipe(path).run_path
     return run / "checkpoints", run / "metrics.jsonl"

@@ -12,8 +12,9 @@ its count, and the others let it go ("explaining away"). bench/README.md has how
 translation needs.
 
 Memory and time: the pairs are read a block of sentences at a time from the memory-mapped split; what is held is
-the table of every (s, t) seen in one pair, 24 bytes each (its key s·V + t, probability and expected count), and
-one pass over the corpus is made for that table and one per iteration.
+the table of every (s, t) seen in one pair, 20 bytes each (its key s·V + t, probability and expected count), and,
+while they fit in `CACHE_BYTES`, each (source token, target token) pair's index into it, 4 bytes, so that EM's
+passes after its first read memory rather than the split. One pass is made for the table and one per iteration.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ class Lexicon:
             if int(stored["format"]) != FORMAT:
                 return None
             return cls(stored["translations"], stored["frequent"], int(stored["iterations"]))
+
+
+def width_of(lexicon: Lexicon | None) -> int:
+    """The translations per source token `lexicon` holds, 0 for no table: the most decode.shortlist may ask."""
+    return 0 if lexicon is None else lexicon.width
 
 
 def learn_lexicon(split: TokenSplit, vocab_size: int, width: int, iterations: int,

@@ -51,6 +51,7 @@ class DecoderCache(Protocol):
     # Optionally, `columns`: (C,) the sorted token ids that the columns of `decode_step`'s log-probabilities stand
     # for, the same at every step (None, or absent: the whole vocabulary, column = token id). A decoder that
     # scores fewer tokens than the vocabulary (mtx.decode.shortlist) says which, and search maps between the two.
+    # They hold PAD, BOS and EOS, the three lowest ids, so those are columns 0, 1 and 2, as in the vocabulary.
 
     def reorder(self: CacheT, rows: Tensor, sentences: Tensor | None = None) -> CacheT:
         """Keep the rows `rows` (R,), in that order, and the sentences `sentences` (None: all of them, as they
@@ -199,8 +200,8 @@ class Constraints:
         the prefix's token while a row is inside its target prefix (a prefix is the user's: it may repeat).
 
         log_probs: (N, V) for the token at position `step`, i.e. after `step` tokens, or (N, C) over the token ids
-        `columns` (`token_columns`), which must hold PAD, BOS, EOS and the prefix's tokens; history: (N, ≥ step)
-        the rows' tokens so far, then anything (only the first `step` columns are read).
+        `columns` (`token_columns`), which hold the prefix's tokens, and PAD, BOS and EOS at their own ids;
+        history: (N, ≥ step) the rows' tokens so far, then anything (only the first `step` columns are read).
         """
         if self.no_repeat_ngram and step >= self.no_repeat_ngram:
             ban_repeated_ngrams(log_probs, history[:, :step], self.no_repeat_ngram, columns)
@@ -211,17 +212,15 @@ class Constraints:
                 column = column_of(token[inside], columns).unsqueeze(1)
                 keep = log_probs[inside].gather(1, column)
                 log_probs[inside] = torch.full_like(log_probs[inside], -torch.inf).scatter_(1, column, keep)
-        pad, bos, eos = (PAD, BOS, EOS) if columns is None else column_of(
-            torch.tensor([PAD, BOS, EOS], device=columns.device), columns).tolist()
         at_limit = self.max_len <= step
         if step < self.min_len:
-            log_probs[:, eos].masked_fill_(~at_limit, -torch.inf)
+            log_probs[:, EOS].masked_fill_(~at_limit, -torch.inf)
         if bool(at_limit.any()):
             not_eos = torch.ones(log_probs.shape[1], dtype=torch.bool, device=log_probs.device)
-            not_eos[eos] = False
+            not_eos[EOS] = False
             log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, -torch.inf)
-        log_probs[:, pad] = -torch.inf
-        log_probs[:, bos] = -torch.inf
+        log_probs[:, PAD] = -torch.inf
+        log_probs[:, BOS] = -torch.inf
         return log_probs
 
 

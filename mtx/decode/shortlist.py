@@ -58,16 +58,16 @@ class Shortlist:
 @dataclass
 class ShortlistState:
     """The wrapped decoder's state, and the batch's shortlist as the open sentences need it: `columns` (U,) the
-    union of the batch's sets, sorted, and `allowed` (B, U) True where sentence b's set holds token columns[u].
-    Reordered with the state: sentences that leave take their rows of `allowed` with them; the union stays."""
+    union of the batch's sets, sorted, and `outside` (B, U) True where sentence b's set lacks token columns[u].
+    Reordered with the state: sentences that leave take their rows of `outside` with them; the union stays."""
 
     inner: DecoderCache
     columns: Tensor
-    allowed: Tensor
+    outside: Tensor
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> ShortlistState:
-        allowed = self.allowed if sentences is None else self.allowed.index_select(0, sentences)
-        return ShortlistState(self.inner.reorder(rows, sentences), self.columns, allowed)
+        outside = self.outside if sentences is None else self.outside.index_select(0, sentences)
+        return ShortlistState(self.inner.reorder(rows, sentences), self.columns, outside)
 
     @property
     def attention(self) -> Tensor | None:
@@ -86,8 +86,8 @@ class ShortlistDecoder:
         device, union = model.output_weight.device, np.unique(np.concatenate(candidates))
         self.union = torch.from_numpy(union).to(device)
         self.weight = model.output_weight.index_select(0, self.union)  # (U, D): the output matrix's union rows
-        members = np.stack([np.isin(union, own, assume_unique=True) for own in candidates])
-        self.allowed = torch.from_numpy(members).to(device)  # (B, U)
+        lacking = np.stack([~np.isin(union, own, assume_unique=True) for own in candidates])
+        self.outside = torch.from_numpy(lacking).to(device)  # (B, U)
 
     def encode(self, src: Tensor, src_pad: Tensor) -> Tensor:
         return self.decoder.encode(src, src_pad)
@@ -95,15 +95,15 @@ class ShortlistDecoder:
     def init_state(self, memory: Tensor, src_pad: Tensor, max_len: int) -> ShortlistState:
         """The wrapped state; `memory` may hold each sentence several times in a row (sampling's samples are
         sentences of their own), whose shortlist each copy takes."""
-        copies = memory.shape[0] // self.allowed.shape[0]
+        copies = memory.shape[0] // self.outside.shape[0]
         return ShortlistState(self.decoder.init_state(memory, src_pad, max_len), self.union,
-                              self.allowed.repeat_interleave(copies, dim=0))
+                              self.outside.repeat_interleave(copies, dim=0))
 
     def decode_step(self, prev: Tensor, state: ShortlistState) -> tuple[Tensor, ShortlistState]:
         """(N, U) float32 log-probabilities over the union's tokens (`columns`), each row normalised over its
         sentence's shortlist, -inf at the union's other tokens."""
         hidden, inner = self.model.decode_hidden(prev, state.inner)
-        logits = F.linear(hidden, self.weight).float()  # (N, U)
-        rows_each = logits.shape[0] // state.allowed.shape[0]
-        logits.masked_fill_(~state.allowed.repeat_interleave(rows_each, dim=0), -torch.inf)
-        return F.log_softmax(logits, dim=-1), ShortlistState(inner, state.columns, state.allowed)
+        logits = F.linear(hidden, self.weight).float()  # (N, U): a sentence's rows consecutive
+        sentences, union = state.outside.shape
+        logits.view(sentences, -1, union).masked_fill_(state.outside.unsqueeze(1), -torch.inf)
+        return F.log_softmax(logits, dim=-1), ShortlistState(inner, state.columns, state.outside)

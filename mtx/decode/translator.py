@@ -33,7 +33,7 @@ import torch
 
 from mtx.config.recipe import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
-from mtx.data.lexicon import Lexicon
+from mtx.data.lexicon import Lexicon, width_of
 from mtx.decode.alignment import AligningDecoder, Alignment, align_searched, aligning_layer
 from mtx.decode.doubts import DoubtThresholds, doubts
 from mtx.decode.ensemble import Ensemble, load_models
@@ -106,7 +106,7 @@ class Translator:
         self.models: list[Transformer] = [self.model] if isinstance(self.model, Transformer) else list(self.model)
         first = self.models[0]
         self.limits = ModelLimits.of_configs([(model.cfg, model.vocab_size) for model in self.models])
-        self.decode.validate_flags(first.vocab_size, lexicon_width=0 if self.lexicon is None else self.lexicon.width)
+        self.decode.validate_flags(first.vocab_size, lexicon_width=width_of(self.lexicon))
         self.shortlist = None if not self.decode.shortlist else Shortlist(
             self.lexicon, self.decode.shortlist, self.decode.shortlist_frequent)
         if self.alignment_layer is not None:

@@ -86,12 +86,12 @@ def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantiza
                           hf_notes(decode))
         write_folder(folder, lambda out: save_hf_folder(model, checkpoint["tokenizer"], decode, out), card, force)
     else:
-        from mtx.data.lexicon import Lexicon
+        from mtx.data.lexicon import Lexicon, width_of
         from mtx.export.ctranslate2 import ctranslate2_notes, ctranslate2_usage, save_ctranslate2_folder
 
         lexicon = Lexicon.of_checkpoint(checkpoint)
-        decode.validate_flags(model.vocab_size, lexicon_width=0 if lexicon is None else lexicon.width)
-        listed = decode.shortlist and lexicon is not None
+        decode.validate_flags(model.vocab_size, lexicon_width=width_of(lexicon))  # a shortlist needs the table
+        listed = decode.shortlist > 0
         card = model_card(checkpoint_path, checkpoint, f"CTranslate2, {quantization or 'float32'}",
                           ctranslate2_usage(folder, decode, listed), ctranslate2_notes(decode))
         write_folder(folder, lambda out: save_ctranslate2_folder(model, checkpoint["tokenizer"], out, quantization,

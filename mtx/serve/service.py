@@ -112,7 +112,7 @@ class TranslationService:
 
     def _load(self) -> None:
         from mtx.checkpoint import describe_checkpoint
-        from mtx.data.lexicon import Lexicon
+        from mtx.data.lexicon import Lexicon, width_of
         from mtx.decode.ensemble import read_metadata
         from mtx.decode.translator import batches_at_once
         from mtx.devices import choose_device
@@ -126,8 +126,7 @@ class TranslationService:
         # Meanwhile, this process reads what the checkpoints say of themselves, which requests are checked against.
         self.tokenizer, loaded = read_metadata(self.checkpoints)
         self.checkpoint = loaded[0]
-        lexicon = Lexicon.of_checkpoint(self.checkpoint)
-        self.lexicon_width = 0 if lexicon is None else lexicon.width
+        self.lexicon_width = width_of(Lexicon.of_checkpoint(self.checkpoint))
         self.model = ModelLimits.of_checkpoints(loaded)
         for process in self.decoding_processes:
             process.wait_ready()

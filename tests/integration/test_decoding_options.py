@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import MemorySplit, translate_cli
+from support import copy_lexicon, translate_cli
 
 from mtx.checkpoint import save_checkpoint
 from mtx.config.recipe import DecodeConfig
-from mtx.data.lexicon import learn_lexicon
 from mtx.decode.sampling import draw, filtered, uniforms
 from mtx.decode.translator import Translator
 from mtx.errors import MtxError
@@ -289,8 +288,7 @@ def with_lexicon(copying: dict) -> Path:
     its own translation, as the copy task's training pairs would teach)."""
     checkpoint = copying["folder"] / "copy-lexicon.pt"
     if not checkpoint.exists():
-        ids = copying["tokenizer"].encode_batch(copying["held_out"])
-        lexicon = learn_lexicon(MemorySplit([(s, s) for s in ids]), copying["model"].vocab_size, 10, 5)
+        lexicon = copy_lexicon(copying["tokenizer"], copying["model"].vocab_size, copying["held_out"])
         stored = torch.load(copying["checkpoint"], weights_only=True)
         save_checkpoint({**stored, "lexicon": lexicon.to_checkpoint()}, checkpoint)
     return checkpoint

@@ -20,12 +20,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import MemorySplit, copy_task
+from support import copy_lexicon, copy_task
 
 import mtx.export.hf
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import ModelConfig, resolve_model
-from mtx.data.lexicon import learn_lexicon
 from mtx.decode.search import Constraints, LengthPenalty, search
 from mtx.errors import MtxError
 from mtx.export.command import export_checkpoint
@@ -160,7 +159,7 @@ def test_ctranslate2_export_carries_the_shortlist_as_its_vocabulary_map(copy_run
     pytest.importorskip("ctranslate2")
     texts, tokenizer, model = copy_run["held_out"], copy_run["tokenizer"], copy_run["model"]
     ids = tokenizer.encode_batch(texts)
-    lexicon = learn_lexicon(MemorySplit([(s, s) for s in ids]), model.vocab_size, 10, 5)
+    lexicon = copy_lexicon(tokenizer, model.vocab_size, texts)
     checkpoint = tmp_path / "lexicon.pt"
     save_checkpoint({**make_checkpoint(model, tokenizer.to_str(), RECIPE, 250), "lexicon": lexicon.to_checkpoint()},
                     checkpoint)
