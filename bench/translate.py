@@ -22,6 +22,21 @@ CTranslate2 float32's greedy output may leave mtx's only at a tie (two tokens wi
 the share identical to mtx's is printed. Then the issue's bars: mtx
 beam 4 at least 2× Marian's sentences/s, and within 2× of CTranslate2 float32 in the faster of its two
 configurations (both fp32).
+
+A trained model and its vocabulary shortlist (issue 38):
+
+    .bench-venv/bin/python bench/translate.py --checkpoint RUN/checkpoints/step_800.pt --data RUN/data \
+        [--shortlist 20] [--frequent 100]
+
+decodes the data folder's first `--sentences` test sources (sorted by length, in batches of `--batch`; still
+exactly `--tokens` tokens each) with the checkpoint, and with its lexical table (the checkpoint's, else the data
+folder's data/lexicon.npz) as each side uses it: mtx per sentence (`mtx translate --shortlist`,
+mtx.decode.shortlist), CTranslate2 with the vocabulary map `mtx export --shortlist` writes (its `use_vmap`, a
+batch's union). Systems: mtx fp32 / int8 with and without the shortlist, CTranslate2 float32 / int8 in its
+faster layout (`.parallel`) with and without the map; Marian is left out. With a shortlist the outputs differ
+from the whole vocabulary's (other candidates), so only the whole vocabulary's are held to mtx's greedy output.
+Then `translate.mtx_over_ct2` lines: each mtx system's sentences/s over its CTranslate2 counterpart's (same
+precision, shortlist or not, the faster layout), the issue's bar being 1.0.
 """
 
 from __future__ import annotations
@@ -30,6 +45,7 @@ import argparse
 import copy
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -47,9 +63,13 @@ from common import (
 )
 from torch import Tensor
 
+from mtx.data.lexicon import Lexicon
+from mtx.data.prepared import load_manifest
+from mtx.decode.ensemble import load_models
 from mtx.decode.search import Constraints, LengthPenalty, search
-from mtx.decode.translator import batches_at_once, map_in_threads, prepare_model
-from mtx.export.ctranslate2 import convert_to_ctranslate2
+from mtx.decode.shortlist import Shortlist, ShortlistDecoder
+from mtx.decode.translator import batches_at_once, encode_sentences, map_in_threads, prepare_model
+from mtx.export.ctranslate2 import convert_to_ctranslate2, write_vocabulary_map
 from mtx.export.marian import marian_from_mtx
 from mtx.tokenizer import BOS, EOS, PAD
 
@@ -72,8 +92,14 @@ def main() -> None:
     parser.add_argument("--lenpen", type=float, default=0.6)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--checkpoint", type=Path, help="a trained model instead of random weights (with --data)")
+    parser.add_argument("--data", type=Path, help="the checkpoint's prepared data folder: its test sources")
+    parser.add_argument("--shortlist", type=int, default=20, help="translations per source token (with --checkpoint)")
+    parser.add_argument("--frequent", type=int, default=100, help="frequent target tokens (with --checkpoint)")
     args = parser.parse_args()
     set_threads(args.threads)
+    if args.checkpoint is not None:
+        return compare_trained(args)
 
     model = build_model(args.preset, args.vocab).eval()
     batches = length_sorted_batches(args.sentences, args.batch, args.vocab)
@@ -84,21 +110,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         systems.update(peer_decoders(model, batches, args, workdir))
         check_outputs(systems, model, batches)
-        if torch.get_num_threads() != args.threads:
-            raise RuntimeError(f"PyTorch runs on {torch.get_num_threads()} threads, not {args.threads}")
         config = {"preset": args.preset, "vocab": args.vocab, "sentences": args.sentences, "batch": args.batch,
                   "tokens_per_sentence": args.tokens, "lengths": "15-35", "threads": args.threads, "device": "cpu"}
-        for beam in (int(b) for b in args.beams.split(",")):
-            seconds = time_interleaved({name: lambda d=decode, b=beam: d(b) for name, decode in systems.items()},
-                                       args.repeats, warmup=0)  # check_outputs has warmed every system up
-            rates = {}
-            for name, samples in seconds.items():
-                cfg = {**config, "system": name, "beam": beam}
-                rates[name] = float(np.median([args.sentences / s for s in samples]))
-                emit(f"{name}.beam{beam}.sentences_per_s", cfg, [args.sentences / s for s in samples], "sentences/s")
-                emit(f"{name}.beam{beam}.tokens_per_s", cfg, [args.sentences * args.tokens / s for s in samples],
-                     "tokens/s")
+        for beam, rates in time_systems(systems, config, args):
             report_bars(beam, rates)
+
+
+def time_systems(systems: dict[str, Decoder], config: dict, args: argparse.Namespace):
+    """Each beam size's timings of every system, interleaved, as JSON lines; yields (beam, sentences/s by system)."""
+    if torch.get_num_threads() != args.threads:
+        raise RuntimeError(f"PyTorch runs on {torch.get_num_threads()} threads, not {args.threads}")
+    sentences = config["sentences"]
+    for beam in (int(b) for b in args.beams.split(",")):
+        seconds = time_interleaved({name: lambda d=decode, b=beam: d(b) for name, decode in systems.items()},
+                                   args.repeats, warmup=0)  # check_outputs has warmed every system up
+        rates = {}
+        for name, samples in seconds.items():
+            cfg = {**config, "system": name, "beam": beam}
+            rates[name] = float(np.median([sentences / s for s in samples]))
+            emit(f"{name}.beam{beam}.sentences_per_s", cfg, [sentences / s for s in samples], "sentences/s")
+            emit(f"{name}.beam{beam}.tokens_per_s", cfg, [sentences * args.tokens / s for s in samples], "tokens/s")
+        yield beam, rates
 
 
 def length_sorted_batches(sentences: int, batch: int, vocab: int) -> Batches:
@@ -114,15 +146,19 @@ def length_sorted_batches(sentences: int, batch: int, vocab: int) -> Batches:
     return out
 
 
-def mtx_decoder(model: torch.nn.Module, batches: Batches, args: argparse.Namespace) -> Decoder:
-    """`mtx.decode.search.search` on each batch, the batches spread over the threads as `mtx translate` spreads them."""
+def mtx_decoder(model: torch.nn.Module, batches: Batches, args: argparse.Namespace,
+                shortlist: Shortlist | None = None) -> Decoder:
+    """`mtx.decode.search.search` on each batch, the batches spread over the threads as `mtx translate` spreads them;
+    with `shortlist`, each sentence over its own (built per batch, as the translator builds it, and timed)."""
     at_once, threads_each = batches_at_once(torch.device("cpu"), args.threads, len(batches))
 
     def decode(beam: int) -> list[list[int]]:
         def one_batch(batch: tuple[Tensor, Tensor]) -> list[list[int]]:
             src, src_pad = batch
             constraints = Constraints(torch.full((src.shape[0],), args.tokens), min_len=args.tokens)
-            nbests = search(model, src, src_pad, constraints, LengthPenalty(args.lenpen), beam=beam)
+            decoder = model if shortlist is None else ShortlistDecoder(
+                model, model, shortlist.candidates([row[~pad].tolist() for row, pad in zip(src, src_pad, strict=True)]))
+            nbests = search(decoder, src, src_pad, constraints, LengthPenalty(args.lenpen), beam=beam)
             return [nbest[0].tokens for nbest in nbests]
 
         return [tokens for batch in map_in_threads(one_batch, batches, at_once, threads_each) for tokens in batch]
@@ -181,7 +217,7 @@ def marian_decoder(marian, batches: Batches, args: argparse.Namespace) -> Decode
     return decode
 
 
-def ct2_decoder(translator, batches: Batches, args: argparse.Namespace) -> Decoder:
+def ct2_decoder(translator, batches: Batches, args: argparse.Namespace, use_vmap: bool = False) -> Decoder:
     strings = token_strings(args.vocab)
     ids = {token: i for i, token in enumerate(strings)}
     sources = [[[strings[i] for i in row if i != PAD] for row in src.tolist()] for src, _ in batches]
@@ -192,7 +228,7 @@ def ct2_decoder(translator, batches: Batches, args: argparse.Namespace) -> Decod
         pending = [translator.translate_batch(
             source, beam_size=beam, length_penalty=args.lenpen, min_decoding_length=args.tokens,
             max_decoding_length=args.tokens + 1, suppress_sequences=[[strings[PAD]], [strings[BOS]]],
-            asynchronous=True) for source in sources]
+            use_vmap=use_vmap, asynchronous=True) for source in sources]
         return [[ids[t] for t in r.result().hypotheses[0][: args.tokens]] for batch in pending for r in batch]
 
     return decode
@@ -210,6 +246,8 @@ def check_outputs(systems: dict[str, Decoder], model: torch.nn.Module, batches: 
         gaps = greedy_divergence_gaps(model, batches, reference, outputs)
         emit_info(f"{name}.greedy_check", identical_to_mtx_fp32=same, output_lengths=lengths,
                   largest_divergence_gap=max(gaps, default=0.0))
+        if name.endswith((".shortlist", ".vmap")):  # other candidates than the whole vocabulary's
+            continue
         if name == "marian.fp32" and same < 1.0:
             raise RuntimeError(f"Marian's greedy output differs from mtx's on {1 - same:.1%} of the sentences")
         if name.startswith("ct2.fp32") and max(gaps, default=0.0) > GREEDY_TIE:
@@ -246,6 +284,80 @@ def report_bars(beam: int, rates: dict[str, float]) -> None:
         best = max(ct2, key=ct2.get)  # CTranslate2 in its faster way of using the threads
         ratio = ct2[best] / rates["mtx.fp32"]
         emit_info("translate.ct2_over_mtx", beam=beam, ct2=best, ratio=ratio, bar=CT2_WITHIN, met=ratio <= CT2_WITHIN)
+
+
+# ------------------------------------------------------------------- a trained model and its shortlist (issue 38)
+
+
+def compare_trained(args: argparse.Namespace) -> None:
+    """The module docstring's second mode: a trained model's test sources, with and without its shortlist."""
+    if args.data is None:
+        raise SystemExit("--checkpoint needs --data, the prepared data folder whose test sources it decodes")
+    models, tokenizer, metadata = load_models([args.checkpoint])
+    model = models[0].eval()
+    lexicon = Lexicon.of_checkpoint(metadata[0]) or Lexicon.load(args.data)
+    if lexicon is None:
+        raise SystemExit(f"neither {args.checkpoint} nor {args.data} holds a lexical table: run mtx prepare")
+    args.vocab = model.vocab_size
+    batches = test_batches(args, tokenizer)
+    shortlist = Shortlist(lexicon, args.shortlist, args.frequent)
+    int8 = prepare_model(copy.deepcopy(model), torch.device("cpu"), "int8")
+    systems: dict[str, Decoder] = {
+        "mtx.fp32": mtx_decoder(model, batches, args),
+        "mtx.fp32.shortlist": mtx_decoder(model, batches, args, shortlist),
+        "mtx.int8": mtx_decoder(int8, batches, args),
+        "mtx.int8.shortlist": mtx_decoder(int8, batches, args, shortlist),
+    }
+    with tempfile.TemporaryDirectory() as workdir:
+        if not peers_missing("transformers", "ctranslate2"):
+            import ctranslate2
+
+            path = convert_to_ctranslate2(model, token_strings(args.vocab), f"{workdir}/ct2")
+            write_vocabulary_map(lexicon, args.shortlist, args.frequent, token_strings(args.vocab),
+                                 Path(path) / "vmap.txt")
+            for compute_type in ("float32", "int8"):
+                translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
+                                                    inter_threads=args.threads, intra_threads=1)
+                name = f"ct2.{compute_type.replace('float', 'fp')}.parallel"
+                systems[name] = ct2_decoder(translator, batches, args)
+                systems[f"{name}.vmap"] = ct2_decoder(translator, batches, args, use_vmap=True)
+            set_threads(args.threads)
+        else:
+            emit_skip("ct2", "not installed here: ctranslate2 (run in .bench-venv, see bench/setup_env.sh)")
+        check_outputs(systems, model, batches)
+        config = {"checkpoint": str(args.checkpoint), "vocab": args.vocab, "sentences": args.sentences,
+                  "batch": args.batch, "tokens_per_sentence": args.tokens, "shortlist": args.shortlist,
+                  "frequent": args.frequent, "threads": args.threads, "device": "cpu"}
+        for beam, rates in time_systems(systems, config, args):
+            for name in (n for n in rates if n.startswith("mtx.")):
+                peer = ct2_counterpart(name)
+                if peer in rates:
+                    ratio = rates[name] / rates[peer]
+                    emit_info("translate.mtx_over_ct2", beam=beam, mtx=name, ct2=peer, ratio=ratio, bar=1.0,
+                              met=ratio >= 1.0)
+
+
+def ct2_counterpart(name: str) -> str:
+    """mtx.<precision>[.shortlist] → ct2.<precision>.parallel[.vmap]: the same precision, with a shortlist or
+    not, in CTranslate2's faster layout."""
+    precision = name.split(".")[1]
+    return f"ct2.{precision}.parallel" + (".vmap" if name.endswith(".shortlist") else "")
+
+
+def test_batches(args: argparse.Namespace, tokenizer) -> Batches:
+    """The data folder's first `--sentences` test sources (EOS added), sorted by length and cut into batches."""
+    src_lang = load_manifest(args.data)["src_lang"]
+    lines = (args.data / f"test.{src_lang}").read_text(encoding="utf-8").splitlines()
+    sources = [[*ids, EOS] for ids in encode_sentences(tokenizer, lines) if ids][: args.sentences]
+    args.sentences = len(sources)
+    sources.sort(key=len, reverse=True)
+    out = []
+    for start in range(0, len(sources), args.batch):
+        rows = sources[start : start + args.batch]
+        width = max(len(r) for r in rows)
+        src = torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
+        out.append((src, src == PAD))
+    return out
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ class DecodeConfig:
         0, "Search each sentence over a shortlist of target tokens (Marian's --shortlist, CTranslate2's vmap), "
         "faster: this many likeliest translations of each of its source tokens by the checkpoint's lexical table "
         "(data.lexicon), the shortlist_frequent most frequent target tokens, EOS, and the tokens of its prefix or "
-        "of the translation scored; 0: the whole vocabulary. Sampling draws from the shortlist too.",
+        "of the translation scored; 0: the whole vocabulary, 20 a good start. Sampling draws from the shortlist too.",
         bounds=Bounds(0, note="0: the whole vocabulary"))
     shortlist_frequent: int = setting(
         100, "With shortlist: the most frequent target tokens in every sentence's shortlist.", bounds=AT_LEAST_0)

@@ -20,7 +20,7 @@ constraints and forced scoring map between tokens and columns (mtx.decode.search
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,7 +85,7 @@ class ShortlistDecoder:
         self.decoder, self.model = decoder, model
         device, union = model.output_weight.device, np.unique(np.concatenate(candidates))
         self.union = torch.from_numpy(union).to(device)
-        self.weight = model.output_weight.index_select(0, self.union)  # (U, D): the output matrix's union rows
+        self.project = union_projection(model, self.union)
         lacking = np.stack([~np.isin(union, own, assume_unique=True) for own in candidates])
         self.outside = torch.from_numpy(lacking).to(device)  # (B, U)
 
@@ -103,7 +103,21 @@ class ShortlistDecoder:
         """(N, U) float32 log-probabilities over the union's tokens (`columns`), each row normalised over its
         sentence's shortlist, -inf at the union's other tokens."""
         hidden, inner = self.model.decode_hidden(prev, state.inner)
-        logits = F.linear(hidden, self.weight).float()  # (N, U): a sentence's rows consecutive
+        logits = self.project(hidden).float()  # (N, U): a sentence's rows consecutive
         sentences, union = state.outside.shape
         logits.view(sentences, -1, union).masked_fill_(state.outside.unsqueeze(1), -torch.inf)
         return F.log_softmax(logits, dim=-1), ShortlistState(inner, state.columns, state.outside)
+
+
+def union_projection(model: Transformer, union: Tensor) -> Callable[[Tensor], Tensor]:
+    """The output layer over the tokens `union` alone (their rows of the output matrix), in the model's own
+    format. An int8 model (`--dtype int8`) projects with a dynamically quantised Linear: its int8 rows of those
+    tokens are taken as they are, at the same scale, so each logit is the one its whole-vocabulary projection
+    gives, at the int8 speed the shortlist is asked for on top of (bench/README.md)."""
+    quantized = model.output_proj
+    if not isinstance(quantized, torch.ao.nn.quantized.dynamic.Linear):
+        weight = model.output_weight.index_select(0, union)  # (U, D)
+        return lambda hidden: F.linear(hidden, weight)
+    rows = torch.ao.nn.quantized.dynamic.Linear(quantized.in_features, len(union), bias_=False, dtype=torch.qint8)
+    rows.set_weight_bias(quantized.weight().index_select(0, union), None)
+    return rows

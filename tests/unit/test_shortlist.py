@@ -12,7 +12,8 @@ from support import TINY_VOCAB, tiny_model
 from mtx.data.lexicon import Lexicon
 from mtx.decode.forced import forced_scores
 from mtx.decode.search import Constraints, LengthPenalty, Sampling, search
-from mtx.decode.shortlist import Shortlist, ShortlistDecoder
+from mtx.decode.shortlist import Shortlist, ShortlistDecoder, union_projection
+from mtx.decode.translator import prepare_model
 from mtx.tokenizer import BOS, EOS, PAD
 
 
@@ -62,6 +63,17 @@ def test_a_shortlist_of_every_token_searches_as_the_whole_vocabulary() -> None:
     assert [[h.tokens for h in n] for n in listed] == [[h.tokens for h in n] for n in whole]
     for a, b in zip(listed, whole, strict=True):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+
+
+def test_an_int8_model_projects_onto_its_own_int8_rows_of_the_shortlist() -> None:
+    m = prepare_model(model(), torch.device("cpu"), "int8")
+    union = torch.tensor([0, 1, 2, 7, 30, 31, TINY_VOCAB - 1])
+    hidden = torch.randn(5, m.cfg.d_model)
+    assert torch.equal(union_projection(m, union)(hidden), m.output_logits(hidden)[:, union])
+    every = Lexicon(np.tile(np.arange(TINY_VOCAB, dtype=np.int32), (TINY_VOCAB, 1)), np.zeros(0, np.int32), 0)
+    whole = decode(m, SOURCES, None, beam=4)
+    listed = decode(m, SOURCES, Shortlist(every, TINY_VOCAB, 0), beam=4)
+    assert [[h.tokens for h in n] for n in listed] == [[h.tokens for h in n] for n in whole]
 
 
 @pytest.mark.parametrize("beam", [1, 4])
