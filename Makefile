@@ -21,9 +21,10 @@ $(STAMP): pyproject.toml
 
 # Every optional extra, with torch kept at its pin, so that no test of them skips: export (transformers,
 # safetensors, ctranslate2 for `mtx export`), report (matplotlib for `mtx report -o`), tensorboard, serve
-# (FastAPI, uvicorn and Swagger UI's files for `mtx serve`), docs (MkDocs, for the site's strict build).
+# (FastAPI, uvicorn and Swagger UI's files for `mtx serve`), docs (MkDocs, for the site's strict build), langid
+# (py3langid, for data.filter.language_id).
 install-extras: install
-	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,export,report,tensorboard,serve,docs]'
+	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,export,report,tensorboard,serve,docs,langid]'
 
 # The whole suite: unit, integration (the CLI pipeline), distributed (gloo) and slow system tests.
 test: install

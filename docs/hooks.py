@@ -8,8 +8,9 @@ cannot drift from it.
     diagrams/NAME.svg      each docs/diagrams/NAME.dot drawn by Graphviz's `dot` (Debian's graphviz package)
 
 A page may also hold `<!-- mtx: demo-commands -->`, replaced by the commands `make demo` runs as the Makefile
-spells them (the one place they are kept; tests/integration/test_docs.py runs them). The generators are plain
-functions of the code, so the tests call them directly.
+spells them (the one place they are kept; tests/integration/test_docs.py runs them), and `<!-- mtx: model-presets -->`,
+replaced by the table of the model presets (mtx.config.model.PRESETS). The generators are plain functions of the
+code, so the tests call them directly.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from mtx.config.keys import LIST_ITEM, KeyHelp, all_keys
 ROOT = Path(__file__).resolve().parent.parent
 DIAGRAMS = ROOT / "docs" / "diagrams"
 DEMO_COMMANDS = "<!-- mtx: demo-commands -->"
+MODEL_PRESETS = "<!-- mtx: model-presets -->"
 
 
 # ----------------------------------------------------------------------------------------------- the command line
@@ -241,6 +243,21 @@ def demo_commands(makefile: Path = ROOT / "Makefile") -> list[str]:
     return commands
 
 
+def presets_table() -> str:
+    """The model presets as a Markdown table, from the dictionary `model.preset` reads, with each one's parameter
+    count at an 8,000-token shared vocabulary (what `mtx config` prints for a recipe)."""
+    from mtx.config.model import PRESETS, ModelConfig, resolve_model
+    from mtx.model.transformer import count_parameters_for
+
+    rows = ["| preset | layers (encoder + decoder) | d_model | d_ff | heads | dropout | parameters (vocabulary 8,000) "
+            "|", "|---|---|---|---|---|---|---|"]
+    for name, shape in PRESETS.items():
+        parameters = count_parameters_for(resolve_model(ModelConfig(preset=name)), 8000)
+        rows.append(f"| {name} | {shape['layers_enc']}+{shape['layers_dec']} | {shape['d_model']} | {shape['d_ff']} | "
+                    f"{shape['heads']} | {shape['dropout']} | {parameters / 1e6:.1f}M |")
+    return "\n".join(rows)
+
+
 # ----------------------------------------------------------------------------------------------- MkDocs' hooks
 
 
@@ -261,5 +278,7 @@ def on_files(files: Any, config: Any) -> Any:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if DEMO_COMMANDS in markdown:
         markdown = markdown.replace(DEMO_COMMANDS, "```bash\n" + "\n".join(demo_commands()) + "\n```")
+    if MODEL_PRESETS in markdown:
+        markdown = markdown.replace(MODEL_PRESETS, presets_table())
     return markdown
 

@@ -147,6 +147,9 @@ class CorpusConfig(SourceConfig):
         return re.sub(r"[^\w.\-]+", "_", name) or "corpus"
 
 
+SHARE = Bounds(0, 1)  # a share of a side's characters, or a probability
+
+
 @dataclass
 class FilterConfig:
     """Training-data cleaning, as Moses' clean-corpus-n.perl does it. Valid/test sets are never filtered."""
@@ -156,6 +159,34 @@ class FilterConfig:
     max_ratio: float = setting(1.5, "Largest ratio of the longer side's words to the shorter's; 0 disables it.",
                                bounds=Bounds(0, note="0 disables it"))
     dedup: bool = setting(True, "Drop exact duplicate training pairs.")
+    # The filters of crawled corpora (mtx.data.cleaning), each counted in the manifest under the name it gives.
+    copies: bool = setting(
+        True, "Drop pairs whose sides are the same once case, punctuation, symbols and spaces are set aside: "
+        "untranslated copies and pairs that differ only by punctuation (counted as copy).")
+    numbers: bool = setting(
+        False, "Drop pairs whose sides hold different numbers, compared as digit runs (1,000 = 1.000).")
+    placeholders: bool = setting(
+        False, "Drop pairs whose sides hold different placeholders: %s, %d, %1$s, {0}, {name}, $1.")
+    urls: bool = setting(False, "Drop pairs whose sides hold different URLs or e-mail addresses.")
+    min_letters: float = setting(
+        0.0, "Fewest letters a side may have, as a share of its characters other than spaces: 0.5 drops sides of "
+        "mostly digits, symbols or markup (counted as non_letters); 0 disables it.", bounds=SHARE)
+    max_repeats: int = setting(
+        0, "Most times a word may follow itself in a row (\"the the the\" is 3); 0 disables it.", bounds=AT_LEAST_0)
+    max_word_len: int = setting(
+        0, "Most characters a word may have: 50 drops hashes, base64 and text glued without spaces (counted as "
+        "long_word); 0 disables it.", bounds=AT_LEAST_0)
+    max_foreign_script: float = setting(
+        1.0, "Largest share of a side's letters outside its language's script (src_lang, tgt_lang; languages whose "
+        "script mtx knows: mtx/data/cleaning.py) before the pair is dropped (counted as script); 1 disables it.",
+        bounds=SHARE)
+    language_id: bool = setting(
+        False, "Identify each side's language (py3langid, pip install 'mtx[langid]') and drop the pair when one is "
+        "another language than src_lang / tgt_lang with a probability of at least language_id_threshold "
+        "(counted as language).")
+    language_id_threshold: float = setting(
+        0.9, "With language_id: how sure the identification must be of another language to drop a pair.",
+        bounds=SHARE)
 
     def validate(self, key: str) -> None:
         check_bounds(self, key)

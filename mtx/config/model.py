@@ -27,8 +27,9 @@ FROM_PRESET = "(the preset's)"  # how `mtx config --keys` shows the default of a
 class ModelConfig:
     """The Transformer's shape. `preset` fills every field left unset (None) in the recipe."""
 
-    preset: Literal["tiny", "small", "base", "big"] = setting(
-        "base", "Table 3 of the paper (base, big) or a size for CPUs (tiny, small); any field below overrides it.")
+    preset: Literal["tiny", "small", "base", "big", "student", "student-tiny"] = setting(
+        "base", "Table 3 of the paper (base, big), a size for CPUs (tiny, small), or a student's shape for "
+        "distillation, a deep encoder and a shallow decoder (student, student-tiny); any field below overrides it.")
     layers_enc: int | None = setting(None, "Encoder layers.", bounds=LAYERS)
     layers_dec: int | None = setting(None, "Decoder layers.", bounds=LAYERS)
     d_model: int | None = setting(None, "Width of the residual stream and the embeddings.", bounds=WIDTH)
@@ -54,12 +55,18 @@ class ModelConfig:
         check(self.d_model % self.heads == 0, f"{key}.heads", self.heads, f"must divide d_model ({self.d_model})")
 
 
-# Table 3 of the paper for base and big; tiny and small are for CPUs, tests and the demo.
+# Table 3 of the paper for base and big; tiny and small are for CPUs, tests and the demo. The students are what
+# sequence-level distillation trains (docs/guides/distillation.md): the decoder runs once per output token and the
+# encoder once per sentence, so a deep encoder and a shallow decoder translate fast at little cost in quality
+# (Kasai et al., 2021; browsermt/students' 6 + 2 layers at width 256 for a `base`/`big` teacher). student-tiny is
+# the shape for a `small` teacher, or a `tiny` one as on the demo.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(layers_enc=2, layers_dec=2, d_model=128, heads=4, d_ff=512, dropout=0.1),
     "small": dict(layers_enc=3, layers_dec=3, d_model=256, heads=4, d_ff=1024, dropout=0.1),
     "base": dict(layers_enc=6, layers_dec=6, d_model=512, heads=8, d_ff=2048, dropout=0.1),
     "big": dict(layers_enc=6, layers_dec=6, d_model=1024, heads=16, d_ff=4096, dropout=0.3),
+    "student": dict(layers_enc=6, layers_dec=2, d_model=256, heads=4, d_ff=1024, dropout=0.1),
+    "student-tiny": dict(layers_enc=3, layers_dec=1, d_model=128, heads=4, d_ff=512, dropout=0.1),
 }
 PRESET_COMMON: dict[str, Any] = dict(
     attn_dropout=0.0, relu_dropout=0.0, norm="post", share_embeddings=True, max_positions=1024

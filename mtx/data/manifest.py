@@ -27,8 +27,9 @@ from mtx.data.vocabulary import vocabulary_file
 from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer
 
-FILTERS = ("teacher_confidence", "invalid_utf8", "malformed", "empty", "length", "ratio", "duplicate",
-           "max_positions")  # in order
+FILTERS = ("teacher_confidence", "invalid_utf8", "malformed", "empty", "length", "ratio", "copy", "numbers",
+           "placeholders", "urls", "non_letters", "repeats", "long_word", "script", "language", "duplicate",
+           "max_positions")  # in order (mtx.data.cleaning's filters in the order they run)
 
 
 def build_manifest(data: DataConfig, corpora: list[dict[str, SplitStream]], tokenizer: Tokenizer, dtype: str,

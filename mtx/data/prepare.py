@@ -57,9 +57,10 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from mtx.config.data import CorpusConfig, DataConfig, FilterConfig, LexiconConfig
+from mtx.config.data import CorpusConfig, DataConfig, LexiconConfig
 from mtx.config.model import resolve_model
 from mtx.config.recipe import Recipe
+from mtx.data.cleaning import PairCleaner
 from mtx.data.corpora import CHUNK_PAIRS, SPLITS, RawPair, SplitStream, open_corpora
 from mtx.data.lexicon import Lexicon, learn_lexicon
 from mtx.data.manifest import FILTERS, build_manifest, describe_drops, fingerprint, origins, print_summary, up_to_date
@@ -119,8 +120,8 @@ def _build_data_folder(data: DataConfig, max_positions: int, corpora: list[dict[
     eval_splits = [split for split in SPLITS[1:] if any(split in streams for streams in corpora)]
     texts = {split: (out / f"{split}.{data.src_lang}", out / f"{split}.{data.tgt_lang}") for split in eval_splits}
     with _pool(workers) as pool:
-        counts, keeps = _clean_train([streams["train"] for streams in corpora], data.filter, out, pool, workers,
-                                     progress)
+        cleaner = PairCleaner(data.filter, data.src_lang, data.tgt_lang)
+        counts, keeps = _clean_train([streams["train"] for streams in corpora], cleaner, out, pool, workers, progress)
         read = {split: _clean_eval(split, corpora, named, texts[split], pool, workers, progress)
                 for split in eval_splits}
     for split in eval_splits:
@@ -189,25 +190,25 @@ def _write_gold_alignments(split: str, streams: list[SplitStream | None], read: 
 # ------------------------------------------------------------------------------------------------ clean
 
 
-def _clean_train(streams: list[SplitStream], filt: FilterConfig, out: Path, pool: Executor | None, workers: int,
+def _clean_train(streams: list[SplitStream], cleaner: PairCleaner, out: Path, pool: Executor | None, workers: int,
                  progress: Progress) -> tuple[list[Counter], list[np.ndarray]]:
     """Clean each corpus' training split into its work files, then dedup them together: (counts by filter, a
     mask of the pairs kept), per corpus. A duplicate of a pair of an earlier corpus counts against the later."""
     counts, hashes = [], []
     for i, stream in enumerate(streams):
         with _writing(_work_files(out, i)) as writers:
-            corpus_counts, corpus_hashes = _clean_split(stream, filt, writers, None, pool, workers, progress)
+            corpus_counts, corpus_hashes = _clean_split(stream, cleaner, writers, None, pool, workers, progress)
         counts.append(corpus_counts)
         hashes.append(corpus_hashes)
-    keep = _first_occurrences(np.concatenate(hashes)) if filt.dedup else np.ones(sum(map(len, hashes)), dtype=bool)
+    keep = (_first_occurrences(np.concatenate(hashes)) if cleaner.filt.dedup
+            else np.ones(sum(map(len, hashes)), dtype=bool))
     keeps = np.split(keep, np.cumsum([len(h) for h in hashes])[:-1])
     for corpus_counts, corpus_keep in zip(counts, keeps, strict=True):
         corpus_counts["duplicate"] = len(corpus_keep) - int(corpus_keep.sum())
     if not keep.any():
         raise MtxError(
             f"No training pairs are left after filtering {'; '.join(stream.origin for stream in streams)}: "
-            f"{describe_drops(sum(counts, Counter()))}. Check the files and data.filter (min_len, max_len, "
-            "max_ratio)."
+            f"{describe_drops(sum(counts, Counter()))}. Check the files and data.filter."
         )
     return counts, keeps
 
@@ -233,7 +234,7 @@ def _writing(texts: tuple[Path, Path]) -> Iterator[tuple[TextIO, TextIO]]:
         yield src, tgt
 
 
-def _clean_split(stream: SplitStream, filt: FilterConfig | None, writers: tuple[TextIO, TextIO], tag: str | None,
+def _clean_split(stream: SplitStream, filt: PairCleaner | None, writers: tuple[TextIO, TextIO], tag: str | None,
                  pool: Executor | None, workers: int, progress: Progress) -> tuple[Counter, np.ndarray]:
     """Normalize a split into its two text files, in chunks on the workers; (counts, one hash per kept pair).
 
@@ -258,7 +259,7 @@ def _clean_split(stream: SplitStream, filt: FilterConfig | None, writers: tuple[
     return counts, np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
 
 
-def _clean_chunk(pairs: list[RawPair], filt: FilterConfig | None
+def _clean_chunk(pairs: list[RawPair], filt: PairCleaner | None
                  ) -> tuple[list[str], list[str], np.ndarray, Counter]:
     """Normalize a chunk; with a filter (training data) also drop what it rejects, counting each reason.
 
@@ -293,16 +294,18 @@ def _decode(side: bytes | str, errors: str) -> str:
     return side if isinstance(side, str) else side.decode("utf-8", errors=errors)
 
 
-def _rejection(src: str, tgt: str, filt: FilterConfig) -> str | None:
-    """Why clean-corpus-n.perl would drop this pair, or None. Lengths are in whitespace-separated words."""
+def _rejection(src: str, tgt: str, cleaner: PairCleaner) -> str | None:
+    """Why this pair is dropped, or None: clean-corpus-n.perl's rules first (lengths in whitespace-separated
+    words), then the filters of crawled corpora the recipe turned on (mtx.data.cleaning)."""
     if not src or not tgt:
         return "empty"
+    filt = cleaner.filt
     src_words, tgt_words = src.count(" ") + 1, tgt.count(" ") + 1
     if not (filt.min_len <= src_words <= filt.max_len and filt.min_len <= tgt_words <= filt.max_len):
         return "length"
     if filt.max_ratio and max(src_words, tgt_words) / min(src_words, tgt_words) > filt.max_ratio:
         return "ratio"
-    return None
+    return cleaner(src, tgt)
 
 
 def _first_occurrences(hashes: np.ndarray) -> np.ndarray:

@@ -158,6 +158,12 @@ def test_the_generated_pages_follow_the_code_they_are_made_from(tmp_path: Path) 
     reference = generators.recipe_reference()
     assert '<tr id="decode.lenpen">' in reference and '<tr id="data.sources.tag">' in reference
     assert "## The run {#run}" in reference
+    from mtx.config.model import PRESETS
+
+    presets = generators.presets_table().splitlines()[2:]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in presets] == list(PRESETS)
+    assert presets[2].startswith("| base | 6+6 | 512 | 2048 | 8 | 0.1 |")
+    assert generators.MODEL_PRESETS in (ROOT / "docs" / "guides" / "recipes.md").read_text(encoding="utf-8")
 
 
 def get_started_commands() -> list[str]:

@@ -41,12 +41,14 @@ TRAIN = [
     (b"yes", b"ja ja ja ja", "ratio 4 > 1.5"),
     (b"we see the house", b"wir sehen das Haus", "kept"),
     (b"I read", b"ich lese es", "kept: ratio 1.5 is not above 1.5"),
-    (b"caf\xc3\xa9 \xf0\x9f\x98\x80", b"Caf\xc3\xa9 \xf0\x9f\x98\x80", "kept"),
+    (b"caf\xc3\xa9 \xf0\x9f\x98\x80", b"Caf\xc3\xa9 \xf0\x9f\x98\x80", "copy (case and symbols set aside)"),
+    (b"caf\xc3\xa9 \xf0\x9f\x98\x80 noir", b"schwarzer Kaffee \xf0\x9f\x98\x80", "kept"),
 ]
 EXPECTED_DROPS = {"teacher_confidence": 0, "invalid_utf8": 1, "malformed": 0, "empty": 2, "length": 1, "ratio": 1,
-                  "duplicate": 2, "max_positions": 0}
+                  "copy": 1, "numbers": 0, "placeholders": 0, "urls": 0, "non_letters": 0, "repeats": 0,
+                  "long_word": 0, "script": 0, "language": 0, "duplicate": 2, "max_positions": 0}
 KEPT = [("the dog sleeps", "der Hund schläft"), ("the cat sleeps", "die Katze schläft"),
-        ("we see the house", "wir sehen das Haus"), ("I read", "ich lese es"), ("café 😀", "Café 😀")]
+        ("we see the house", "wir sehen das Haus"), ("I read", "ich lese es"), ("café 😀 noir", "schwarzer Kaffee 😀")]
 VALID = [(b"hello  world", b"hallo Welt"), (b"", b""), (b"bad \xfe", b"schlecht")]
 TEST = [(b"the dog sleeps", b"der Hund schl\xc3\xa4ft"), (b"a very long sentence " * 5, b"ein Satz")]
 
@@ -314,7 +316,7 @@ def test_hf_dataset_saved_to_disk_in_wmt_layout(tmp_path: Path) -> None:
     data_dir = tmp_path / "run" / "data"
     manifest = load_manifest(data_dir)
     assert manifest["filter"]["dropped"] == {**EXPECTED_DROPS, "invalid_utf8": 0, "length": 0, "empty": 1,
-                                             "duplicate": 1}
+                                             "copy": 0, "duplicate": 1}
     assert _decoded(data_dir, "train") == [("the dog sleeps", "der Hund schläft"),
                                            ("we see the house", "wir sehen das Haus")]
     assert (data_dir / "test.en").read_text(encoding="utf-8") == "good day\nbye\n"
@@ -400,7 +402,8 @@ def _chunked_corpus() -> tuple[list[tuple[bytes, bytes]], list[tuple[str, str]],
     rng = random.Random(0)
     unspaced = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(300)).encode() for _ in range(4)]
     dropped = {13: TRAIN[4][:2], 14: TRAIN[5][:2], 20: TRAIN[6][:2], 21: TRAIN[7][:2], 40: TRAIN[8][:2],
-               27: (unspaced[0], b"kurz"), 28: (b"short", unspaced[1]), 50: (unspaced[2], unspaced[3])}
+               35: TRAIN[11][:2], 27: (unspaced[0], b"kurz"), 28: (b"short", unspaced[1]),
+               50: (unspaced[2], unspaced[3])}
     duplicate_of = {7: 6, 30: 3, 60: 3, 17: 15, 45: 10}
     train: list[tuple[bytes, bytes]] = []
     kept: list[tuple[str, str]] = []

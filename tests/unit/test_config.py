@@ -16,9 +16,11 @@ from mtx.config.decode import DecodeConfig
 from mtx.config.fields import AT_LEAST_0, ConfigError, parse_duration, setting
 from mtx.config.keys import all_keys, format_keys, type_name
 from mtx.config.loading import load_recipe, parse_override
+from mtx.config.model import ModelConfig, resolve_model
 from mtx.errors import MtxError
 
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+EXAMPLE_RECIPES = sorted((ROOT / "examples").glob("*/*.yaml"))
 GOOD = """\
 name: t
 data:
@@ -43,6 +45,21 @@ def run_mtx(*args: str) -> subprocess.CompletedProcess:
 def test_every_shipped_recipe_validates(recipe: Path) -> None:
     loaded = load_recipe(recipe)
     assert loaded.name and loaded.model.d_model
+
+
+@pytest.mark.parametrize("recipe", EXAMPLE_RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_example_recipe_validates(recipe: Path) -> None:
+    """The walkthroughs' recipes (examples/*/), which only their run.sh scripts run: a key renamed or a bound
+    tightened in the code fails here rather than in a user's hour-long run."""
+    assert load_recipe(recipe).name
+
+
+def test_the_student_presets_are_deep_encoders_and_shallow_decoders() -> None:
+    """A decoder runs once per output token and an encoder once per sentence: a student's speed is its decoder's."""
+    for name, teacher in (("student", "base"), ("student-tiny", "small")):
+        student, big = (resolve_model(ModelConfig(preset=p)) for p in (name, teacher))
+        assert student.layers_enc > student.layers_dec and student.layers_dec < big.layers_dec
+        assert student.d_model <= big.d_model
 
 
 def test_presets_expand_and_fields_override(tmp_path: Path) -> None:

@@ -1,0 +1,93 @@
+"""The cleaning filters of crawled corpora (mtx.data.cleaning): each drops its kind of noise, keeps the clean pair
+that looks most like it, and names itself; a filter left off drops nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import sys
+
+import pytest
+
+from mtx.config.data import FilterConfig
+from mtx.data.cleaning import PairCleaner, foreign_share, is_copy, letter_share, longest_run
+from mtx.data.manifest import FILTERS
+from mtx.errors import MtxError
+
+EVERY_FILTER = FilterConfig(copies=True, numbers=True, placeholders=True, urls=True, min_letters=0.5, max_repeats=3,
+                            max_word_len=30, max_foreign_script=0.1)
+
+# (source, target, the filter that drops it, or None: a clean pair that looks like that noise)
+CASES = [
+    ("Hello, world!", "hello world", "copy"),
+    ("Open the file.", "Öffne die Datei.", None),
+    ("Page 3 of 1,000", "Seite 3 von 1.000", None),
+    ("Page 3 of 10", "Seite 4 von 10", "numbers"),
+    ("Save %s to {0}.", "Speichere {0} unter %s.", None),
+    ("Delete %1$s?", "%1$s löschen?", None),
+    ("Delete %s?", "Löschen?", "placeholders"),
+    ("Press {key} to go on.", "Drücke {taste}, um weiterzumachen.", "placeholders"),
+    ("See https://example.org/docs.", "Siehe https://example.org/docs.", None),
+    ("Write to help@example.org", "Schreiben Sie an hilfe@example.org", "urls"),
+    ("12:00 - 13:00 | 3 >> 4", "12:00 - 13:00 | 3 >> 4 Uhr", "non_letters"),
+    ("the the the the cat", "die Katze", "repeats"),
+    ("the the the cat", "die die die Katze", None),
+    ("the key deadbeefcafebabedeadbeefcafebabedeadbeef", "der Schlüssel", "long_word"),
+    ("A tiny house", "Ein winziges Häuschen", None),
+    ("A tiny house", "Крошечный домик", "script"),
+]
+
+
+@pytest.mark.parametrize(("src", "tgt", "expected"), CASES)
+def test_each_filter_drops_its_noise_and_keeps_the_clean_pair_like_it(src: str, tgt: str, expected: str | None
+                                                                       ) -> None:
+    assert PairCleaner(EVERY_FILTER, "en", "de")(src, tgt) == expected
+
+
+def test_a_filter_left_off_drops_nothing() -> None:
+    off = FilterConfig(copies=False)
+    assert all(PairCleaner(off, "en", "de")(src, tgt) is None for src, tgt, _ in CASES)
+    assert FilterConfig().copies and PairCleaner(FilterConfig(), "en", "de")("Hello!", "hello") == "copy"
+
+
+def test_every_filter_is_counted_in_the_manifest_in_the_order_it_runs() -> None:
+    names = [name for _, _, name in CASES if name]
+    assert sorted(set(names), key=FILTERS.index) == [n for n in FILTERS if n in names]
+    order = [FILTERS.index(name) for name in ("ratio", "copy", "numbers", "placeholders", "urls", "non_letters",
+                                              "repeats", "long_word", "script", "language", "duplicate")]
+    assert order == sorted(order)
+
+
+def test_the_measures_behind_the_filters() -> None:
+    assert is_copy("Berlin.", "berlin") and not is_copy("...", "!!!")  # nothing but punctuation is no copy
+    assert letter_share("ab 12") == 0.5 and letter_share("   ") == 1.0
+    assert longest_run("a b b b c b") == 3 and longest_run("") == 0
+    assert foreign_share("Москва and Kyiv", frozenset({"LATIN"})) == pytest.approx(6 / 13)
+    assert foreign_share("12 !", frozenset({"LATIN"})) == 0.0
+
+
+def test_a_language_whose_script_mtx_does_not_know_is_not_checked() -> None:
+    only_script = FilterConfig(copies=False, max_foreign_script=0.0)
+    assert PairCleaner(only_script, "xx", "de")("Крошечный домик", "Ein Häuschen") is None
+    assert PairCleaner(only_script, "sr", "de")("Крошечный домик", "Ein Häuschen") is None  # Cyrillic or Latin
+    assert PairCleaner(only_script, "ru", "de")("A tiny house", "Ein Häuschen") == "script"
+
+
+def test_the_cleaner_travels_to_the_worker_processes() -> None:
+    cleaner = PairCleaner(EVERY_FILTER, "en", "de")
+    assert pickle.loads(pickle.dumps(cleaner))("Page 3", "Seite 4") == "numbers"
+
+
+def test_language_identification_drops_a_side_confidently_in_another_language() -> None:
+    pytest.importorskip("py3langid")
+    cleaner = PairCleaner(dataclasses.replace(FilterConfig(), language_id=True), "en", "de")
+    assert cleaner("The cat sleeps on the warm mat.", "Die Katze schläft auf der warmen Matte.") is None
+    assert cleaner("The cat sleeps on the warm mat.", "The cat sleeps on the warm mat, really.") == "language"
+    assert cleaner("The cat sleeps on the warm mat.", "Le chat dort sur le tapis chaud.") == "language"
+    assert cleaner("OK", "Gut") is None  # too short to be sure of anything
+
+
+def test_language_identification_without_its_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "py3langid", None)  # an import of it fails, as where it is not installed
+    with pytest.raises(MtxError, match=r"mtx\[langid\]"):
+        PairCleaner(dataclasses.replace(FilterConfig(), language_id=True), "en", "de")
