@@ -27,9 +27,10 @@ from mtx.data.vocabulary import vocabulary_file
 from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer
 
-FILTERS = ("teacher_confidence", "invalid_utf8", "malformed", "empty", "length", "ratio", "copy", "numbers",
-           "placeholders", "urls", "non_letters", "repeats", "long_word", "script", "language", "duplicate",
-           "max_positions")  # in order (mtx.data.cleaning's filters in the order they run)
+# mtx.data.cleaning's filters, in the order they run; most are off unless a recipe asks for them
+CLEANING = ("copy", "numbers", "placeholders", "urls", "non_letters", "repeats", "long_word", "script", "language")
+FILTERS = ("teacher_confidence", "invalid_utf8", "malformed", "empty", "length", "ratio", *CLEANING, "duplicate",
+           "max_positions")  # in order
 
 
 def build_manifest(data: DataConfig, corpora: list[dict[str, SplitStream]], tokenizer: Tokenizer, dtype: str,
@@ -148,6 +149,8 @@ def print_summary(console: Console, manifest: dict[str, Any], data_dir: Path) ->
     stats = manifest["filter"]
     filters.add_row("read", "", f"{stats['read']:,}")
     for name in FILTERS:
+        if name in CLEANING and not stats["dropped"][name]:  # off, or nothing to drop: not worth a row
+            continue
         step = f"over {stats['max_positions']:,} tokens" if name == "max_positions" else name.replace("_", " ")
         filters.add_row(step, f"{stats['dropped'][name]:,}", f"{stats['remaining'][name]:,}")
     splits = Table(title=f"{data_dir} (vocabulary {manifest['vocab_size']:,}, {manifest['token_dtype']})",
