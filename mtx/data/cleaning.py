@@ -50,7 +50,8 @@ SCRIPTS: dict[str, frozenset[str]] = {
 
 _NOT_WORD = re.compile(r"[\W_]+")  # what `copy` sets aside: punctuation, symbols, spaces
 _DIGITS = re.compile(r"\d+")
-_PLACEHOLDER = re.compile(r"%(?:\d+\$)?[-+ #0]*\d*(?:\.\d+)?[sdifuxXeEgGcpo%@]|\{[\w.:-]*\}|\$\d+")
+# printf's conversions without the space flag, which would read "50 % der" as the placeholder "% d"
+_PLACEHOLDER = re.compile(r"%(?:\d+\$)?[-+#0]*\d*(?:\.\d+)?[sdifuxXeEgGcpo%@]|\{[\w.:-]*\}|\$\d+")
 _URL_OR_ADDRESS = re.compile(r"(?:https?://|www\.)[^\s<>\"']+[^\s<>\"'.,;:!?)]|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 

@@ -26,6 +26,7 @@ CASES = [
     ("Save %s to {0}.", "Speichere {0} unter %s.", None),
     ("Delete %1$s?", "%1$s löschen?", None),
     ("Delete %s?", "Löschen?", "placeholders"),
+    ("Half: 50% of the files", "Hälfte: 50 % der Dateien", None),  # a percentage, not printf's "% d"
     ("Press {key} to go on.", "Drücke {taste}, um weiterzumachen.", "placeholders"),
     ("See https://example.org/docs.", "Siehe https://example.org/docs.", None),
     ("Write to help@example.org", "Schreiben Sie an hilfe@example.org", "urls"),
