@@ -32,7 +32,7 @@ from mtx.config.data import FilterConfig
 from mtx.data.cleaning import PairCleaner
 from mtx.tokenizer import normalize_text
 
-NONE = FilterConfig(copies=False)
+NONE = FilterConfig()  # every cleaning filter off
 SUGGESTED = {  # each filter alone, at the setting the data guide suggests
     "copies": {"copies": True},
     "numbers": {"numbers": True},

@@ -159,9 +159,10 @@ class FilterConfig:
     max_ratio: float = setting(1.5, "Largest ratio of the longer side's words to the shorter's; 0 disables it.",
                                bounds=Bounds(0, note="0 disables it"))
     dedup: bool = setting(True, "Drop exact duplicate training pairs.")
-    # The filters of crawled corpora (mtx.data.cleaning), each counted in the manifest under the name it gives.
+    # The filters of crawled corpora (mtx.data.cleaning), each counted in the manifest under the name it gives;
+    # each is off by default (CLEANING_KEYS), so that data prepared before they existed stays up to date.
     copies: bool = setting(
-        True, "Drop pairs whose sides are the same once case, punctuation, symbols and spaces are set aside: "
+        False, "Drop pairs whose sides are the same once case, punctuation, symbols and spaces are set aside: "
         "untranslated copies and pairs that differ only by punctuation (counted as copy).")
     numbers: bool = setting(
         False, "Drop pairs whose sides hold different numbers, compared as digit runs (1,000 = 1.000).")
@@ -191,6 +192,11 @@ class FilterConfig:
     def validate(self, key: str) -> None:
         check_bounds(self, key)
         check(self.max_len >= self.min_len, f"{key}.max_len", self.max_len, "must be ≥ min_len")
+
+
+# FilterConfig's keys of mtx.data.cleaning: at their defaults they leave the data as it was before they existed.
+CLEANING_KEYS = ("copies", "numbers", "placeholders", "urls", "min_letters", "max_repeats", "max_word_len",
+                 "max_foreign_script", "language_id", "language_id_threshold")
 
 
 @dataclass

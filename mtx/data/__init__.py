@@ -3,6 +3,7 @@
     corpora    where sentence pairs come from: Hugging Face datasets, plain-text or TSV files, the demo
     demo/      the built-in generated English→German corpus, with gold word alignments
     prepare    `mtx prepare`'s pipeline: clean and filter each corpus, learn the joint BPE, encode, write data/
+    cleaning   the filters of crawled corpora prepare runs on each pair: copies, mismatched numbers, languages, ...
     vocabulary the BPE prepare encodes with: learnt on the corpora, or borrowed (data.bpe.from)
     manifest   what data/manifest.json records (per corpus), and whether a data/ folder is up to date
     prepared   a prepared data/ folder read back: its manifest and token splits, checked against each other

@@ -9,6 +9,7 @@ whose files pass the reader's check, is up to date, and preparing it again is a 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import Counter
@@ -19,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mtx import __version__
-from mtx.config.data import CorpusConfig, DataConfig
+from mtx.config.data import CLEANING_KEYS, CorpusConfig, DataConfig, FilterConfig
 from mtx.config.recipe import as_mapping, strip_nones
 from mtx.data.corpora import SplitStream, input_files
 from mtx.data.prepared import FORMAT, check_split_files, load_manifest
@@ -97,9 +98,10 @@ def fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
     Not the corpora's weights, which `mtx train` applies (a new weight needs no new data), nor the lexicon's
     settings (`mtx prepare` learns the table again on its own, the splits as they are), nor the BPE's
     settings when data.bpe.from replaces them; and a demo source's domain only where it is not "all", the
-    vocabulary's style and model only where they are not byte-level BPE, and a files source's keep_best only
-    below 1, so that recipes written before domains, styles and keep_best existed keep their fingerprint, and their
-    prepared data stays up to date.
+    vocabulary's style and model only where they are not byte-level BPE, a files source's keep_best only below 1,
+    and each cleaning filter's key only where it is not its default (off), so that recipes written before domains,
+    styles, keep_best and the cleaning filters existed keep their fingerprint, and their prepared data stays up to
+    date.
     """
     section = strip_nones(as_mapping(data))
     del section["lexicon"]
@@ -110,6 +112,10 @@ def fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
             del source["demo"]["domain"]
         if source is not None and source.get("files", {}).get("keep_best") == 1:
             del source["files"]["keep_best"]
+    defaults = {f.name: f.default for f in dataclasses.fields(FilterConfig)}
+    for key in CLEANING_KEYS:
+        if section["filter"][key] == defaults[key]:
+            del section["filter"][key]
     if section["bpe"]["style"] == "bytelevel":
         del section["bpe"]["style"], section["bpe"]["model"]  # validation holds unigram to metaspace
     if data.bpe.from_ is not None:

@@ -62,7 +62,8 @@ def _recipe(tmp_path: Path, source: dict, **data: object) -> Path:
     recipe = {
         "name": "t",
         "run_dir": str(tmp_path / "run"),
-        "data": {"source": source, "filter": {"min_len": 1, "max_len": 6, "max_ratio": 1.5, "dedup": True},
+        "data": {"source": source, "filter": {"min_len": 1, "max_len": 6, "max_ratio": 1.5, "dedup": True,
+                                              "copies": True},
                  "bpe": {"style": "bytelevel", "vocab_size": 300, "min_frequency": 1}, **data},
     }
     path = tmp_path / "recipe.yaml"
