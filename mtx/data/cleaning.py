@@ -48,6 +48,9 @@ SCRIPTS: dict[str, frozenset[str]] = {
     for lang in {lang for languages in LANGUAGES_OF_SCRIPT.values() for lang in languages.split()}
 }
 
+# The name each filter counts its drops under (mtx.data.manifest.FILTERS), in the order `PairCleaner` runs them.
+REASONS = ("copy", "numbers", "placeholders", "urls", "non_letters", "repeats", "long_word", "script", "language")
+
 _NOT_WORD = re.compile(r"[\W_]+")  # what `copy` sets aside: punctuation, symbols, spaces
 _DIGITS = re.compile(r"\d+")
 # printf's conversions without the space flag, which would read "50 % der" as the placeholder "% d"

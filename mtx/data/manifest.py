@@ -22,16 +22,15 @@ from rich.table import Table
 from mtx import __version__
 from mtx.config.data import CLEANING_KEYS, CorpusConfig, DataConfig, FilterConfig
 from mtx.config.recipe import as_mapping, strip_nones
+from mtx.data.cleaning import REASONS as CLEANING
 from mtx.data.corpora import SplitStream, input_files
 from mtx.data.prepared import FORMAT, check_split_files, load_manifest
 from mtx.data.vocabulary import vocabulary_file
 from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer
 
-# mtx.data.cleaning's filters, in the order they run; most are off unless a recipe asks for them
-CLEANING = ("copy", "numbers", "placeholders", "urls", "non_letters", "repeats", "long_word", "script", "language")
 FILTERS = ("teacher_confidence", "invalid_utf8", "malformed", "empty", "length", "ratio", *CLEANING, "duplicate",
-           "max_positions")  # in order
+           "max_positions")  # in order; CLEANING: mtx.data.cleaning's filters, off unless a recipe asks for them
 
 
 def build_manifest(data: DataConfig, corpora: list[dict[str, SplitStream]], tokenizer: Tokenizer, dtype: str,

@@ -234,11 +234,11 @@ def _writing(texts: tuple[Path, Path]) -> Iterator[tuple[TextIO, TextIO]]:
         yield src, tgt
 
 
-def _clean_split(stream: SplitStream, filt: PairCleaner | None, writers: tuple[TextIO, TextIO], tag: str | None,
+def _clean_split(stream: SplitStream, cleaner: PairCleaner | None, writers: tuple[TextIO, TextIO], tag: str | None,
                  pool: Executor | None, workers: int, progress: Progress) -> tuple[Counter, np.ndarray]:
     """Normalize a split into its two text files, in chunks on the workers; (counts, one hash per kept pair).
 
-    With a filter (training data) rejected pairs are dropped and counted by reason; without one (valid/test)
+    With a cleaner (training data) rejected pairs are dropped and counted by reason; without one (valid/test)
     every pair is kept and `counts["invalid_utf8"]` counts those repaired with U+FFFD. With a tag, each source
     line begins with it and a space.
     """
@@ -246,10 +246,10 @@ def _clean_split(stream: SplitStream, filt: PairCleaner | None, writers: tuple[T
     for name, dropped in stream.dropped_before.items():  # pairs the source left out before they were read here
         counts.update({"read": dropped, name: dropped})
     hashes = []
-    verb = "cleaning" if filt is not None else "reading"
+    verb = "cleaning" if cleaner is not None else "reading"
     task = progress.add_task(f"{verb} {stream.split} ({stream.origin})", total=stream.total)
     prefix = "" if tag is None else tag + " "
-    jobs = ((chunk, filt) for chunk in stream.chunks())
+    jobs = ((chunk, cleaner) for chunk in stream.chunks())
     for srcs, tgts, chunk_hashes, chunk_counts in _ordered_map(_clean_chunk, jobs, pool, workers):
         _write_lines(writers[0], [prefix + src for src in srcs] if prefix else srcs)
         _write_lines(writers[1], tgts)
@@ -259,9 +259,9 @@ def _clean_split(stream: SplitStream, filt: PairCleaner | None, writers: tuple[T
     return counts, np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
 
 
-def _clean_chunk(pairs: list[RawPair], filt: PairCleaner | None
+def _clean_chunk(pairs: list[RawPair], cleaner: PairCleaner | None
                  ) -> tuple[list[str], list[str], np.ndarray, Counter]:
-    """Normalize a chunk; with a filter (training data) also drop what it rejects, counting each reason.
+    """Normalize a chunk; with a cleaner (training data) also drop what it rejects, counting each reason.
 
     Without one (valid/test) nothing is dropped: undecodable bytes become U+FFFD and are counted.
     """
@@ -275,12 +275,12 @@ def _clean_chunk(pairs: list[RawPair], filt: PairCleaner | None
             src, tgt = _decode(raw_src, "strict"), _decode(raw_tgt, "strict")
         except UnicodeDecodeError:
             counts["invalid_utf8"] += 1
-            if filt is not None:
+            if cleaner is not None:
                 continue
             src, tgt = _decode(raw_src, "replace"), _decode(raw_tgt, "replace")
         src, tgt = normalize_text(src), normalize_text(tgt)
-        if filt is not None:
-            reason = _rejection(src, tgt, filt)
+        if cleaner is not None:
+            reason = _rejection(src, tgt, cleaner)
             if reason:
                 counts[reason] += 1
                 continue
