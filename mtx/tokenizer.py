@@ -23,9 +23,10 @@ Special tokens are never added by `encode`: the stored data holds plain sentence
 BOS/EOS where the model needs them. Literal text such as "</s>" in the input is encoded as ordinary text.
 
 Tags are the exception: special tokens beyond the fixed four, one per tagged corpus (`data.sources[i].tag`, e.g.
-"<bt>" before back-translated sentences), which the vocabulary holds whole so that BPE never splits them. A tag
-that starts a sentence, followed by a space, is encoded as its one id, and `decode` drops it like every special
-token; a tag anywhere else is ordinary text, as "</s>" is. So the tagged lines of a prepared valid or test set
+"<bt>" before back-translated sentences) and one per target language of a model of several (`data.target_tag`,
+e.g. "<2de>"), which the vocabulary holds whole so that BPE never splits them. The tags that start a sentence,
+each followed by a space, are encoded as their one id each, and `decode` drops them like every special token; a
+tag anywhere else is ordinary text, as "</s>" is. So the tagged lines of a prepared valid or test set
 ("<bt> The house is red.") translate as the model was trained on them.
 
 Word alignments need to know which word of the decoded text each token belongs to: `pieces` gives the text
@@ -370,25 +371,27 @@ class Tokenizer:
         """Every special token by its id, tags included: they add no text and belong to no word."""
         return {**dict(enumerate(SPECIAL_TOKENS)), **{i: tag for tag, i in self._tag_ids.items()}}
 
-    def _split_tag(self, text: str) -> tuple[int | None, str]:
-        """(the id of the tag that starts `text`, the text after it and its space); (None, text) if none does."""
-        if self._tag_ids:
+    def split_tags(self, text: str) -> tuple[list[int], str]:
+        """(the ids of the tags that start `text`, each followed by a space; the text after them)."""
+        ids = []
+        while self._tag_ids:
             first, _, rest = text.partition(" ")
-            if first in self._tag_ids:
-                return self._tag_ids[first], rest
-        return None, text
+            if first not in self._tag_ids:
+                break
+            ids.append(self._tag_ids[first])
+            text = rest
+        return ids, text
 
     def encode(self, text: str) -> list[int]:
-        tag, rest = self._split_tag(text)
-        ids = self._hf.encode(rest, add_special_tokens=False).ids
-        return ids if tag is None else [tag, *ids]
+        tags, rest = self.split_tags(text)
+        return [*tags, *self._hf.encode(rest, add_special_tokens=False).ids]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Many sentences at once, in Rust (parallel unless TOKENIZERS_PARALLELISM=false): the texts after their
-        leading tags are encoded in one call, and each tag's id put before its text's."""
-        split = [self._split_tag(text) for text in texts]
+        leading tags are encoded in one call, and the tags' ids put before their text's."""
+        split = [self.split_tags(text) for text in texts]
         encoded = self._hf.encode_batch([rest for _, rest in split], add_special_tokens=False)
-        return [e.ids if tag is None else [tag, *e.ids] for (tag, _), e in zip(split, encoded, strict=True)]
+        return [[*tags, *e.ids] for (tags, _), e in zip(split, encoded, strict=True)]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text for `ids`, skipping special tokens (pad, bos, eos, the never-produced unk and tags)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from mtx.config.fields import AT_LEAST_0, AT_LEAST_1, Bounds, ConfigError, check, check_bounds, setting
+from mtx.config.fields import AT_LEAST_0, AT_LEAST_1, POSITIVE, Bounds, ConfigError, check, check_bounds, setting
 
 
 @dataclass
@@ -120,6 +120,11 @@ class CorpusConfig(SourceConfig):
     weight: int = setting(
         1, "Each training pair of the corpus is seen this many times an epoch (fairseq's upsample_primary). "
         "Applied by `mtx train`, so changing it needs no new `mtx prepare`.", bounds=AT_LEAST_1)
+    src_lang: str | None = setting(
+        None, "The corpus' source language, for a model of several pairs [default: data.src_lang].")
+    tgt_lang: str | None = setting(
+        None, "The corpus' target language, for a model of several pairs; a model of several target languages needs "
+        "data.target_tag [default: data.tgt_lang].")
 
     def validate(self, key: str) -> None:
         super().validate(key)
@@ -128,10 +133,10 @@ class CorpusConfig(SourceConfig):
             check(bool(re.fullmatch(r"[\w.\-]+", self.name)), f"{key}.name", self.name,
                    "may hold only letters, digits, '.', '_' and '-'")
         if self.tag is not None:
-            from mtx.tokenizer import why_not_a_tag  # here: a recipe without tags loads no tokenizer library
-
-            if (problem := why_not_a_tag(self.tag)) is not None:
-                check(False, f"{key}.tag", self.tag, problem)
+            check_tag(f"{key}.tag", self.tag)
+        for name in ("src_lang", "tgt_lang"):
+            if getattr(self, name) is not None:
+                check_language_code(f"{key}.{name}", getattr(self, name))
 
     def derived_name(self) -> str:
         """A name from the source, for a corpus the recipe gives none: demo, the training file's stem, or the
@@ -145,6 +150,19 @@ class CorpusConfig(SourceConfig):
         else:
             name = Path(self.hf.path).name + (f"-{self.hf.name}" if self.hf.name else "")
         return re.sub(r"[^\w.\-]+", "_", name) or "corpus"
+
+
+def check_tag(key: str, tag: str) -> None:
+    """Refuse a tag the vocabulary cannot hold as one special token (mtx.tokenizer.why_not_a_tag says why)."""
+    from mtx.tokenizer import why_not_a_tag  # here: a recipe without tags loads no tokenizer library
+
+    if (problem := why_not_a_tag(tag)) is not None:
+        check(False, key, tag, problem)
+
+
+def check_language_code(key: str, code: str) -> None:
+    """Refuse what cannot be a language code: codes name files (data/test.en) and target tags (<2de>)."""
+    check(bool(re.fullmatch(r"[A-Za-z][\w\-]*", code)), key, code, "must be a language code such as en or de")
 
 
 SHARE = Bounds(0, 1)  # a share of a side's characters, or a probability
@@ -178,12 +196,13 @@ class FilterConfig:
         0, "Most characters a word may have: 50 drops hashes, base64 and text glued without spaces (counted as "
         "long_word); 0 disables it.", bounds=AT_LEAST_0)
     max_foreign_script: float = setting(
-        1.0, "Largest share of a side's letters outside its language's script (src_lang, tgt_lang; languages whose "
-        "script mtx knows: mtx/data/cleaning.py) before the pair is dropped (counted as script); 1 disables it.",
+        1.0, "Largest share of a side's letters outside its language's script (its corpus' src_lang, tgt_lang; "
+        "languages whose script mtx knows: mtx/data/cleaning.py) before the pair is dropped (counted as script); 1 "
+        "disables it.",
         bounds=SHARE)
     language_id: bool = setting(
         False, "Identify each side's language (py3langid, pip install 'mtx[langid]') and drop the pair when one is "
-        "another language than src_lang / tgt_lang with a probability of at least language_id_threshold "
+        "another language than its corpus' src_lang / tgt_lang with a probability of at least language_id_threshold "
         "(counted as language).")
     language_id_threshold: float = setting(
         0.9, "With language_id: how sure the identification must be of another language to drop a pair.",
@@ -270,6 +289,15 @@ class DataConfig:
         "their training pairs are concatenated, their valid and test sets too.")
     src_lang: str = setting("en", "The source language's code; it names files (data/test.en).")
     tgt_lang: str = setting("de", "The target language's code.")
+    target_tag: str | None = setting(
+        None, "For one model of several target languages: a tag put before every source sentence that names its "
+        "pair's target language, spelled with {lang}: <2{lang}> gives <2de> and <2fr>. `mtx translate --target-lang` "
+        "and `mtx serve`'s target_lang add it; a line that starts with one picks its own. None: no such tag.")
+    temperature: float | None = setting(
+        None, "Draw each epoch's training pairs from the corpora in proportion to size^(1/T) (fairseq's and NLLB's "
+        "temperature sampling): 1 keeps the corpora's sizes, 5 (NLLB's) lifts small ones towards a uniform share. "
+        "An epoch keeps the corpora's total size. Applied by `mtx train`, in place of the weights, which must then "
+        "be 1. None: the weights decide.", bounds=POSITIVE)
     filter: FilterConfig = setting(help="How training pairs are cleaned.", factory=FilterConfig)
     bpe: BpeConfig = setting(help="The subword vocabulary.", factory=BpeConfig)
     lexicon: LexiconConfig = setting(help="The lexical table decoding shortlists are made of.",
@@ -295,7 +323,8 @@ class DataConfig:
                     suffix += 1
                     name = f"{base}-{suffix}"
                 taken.add(name)
-            named.append(dataclasses.replace(corpus, name=name))
+            named.append(dataclasses.replace(corpus, name=name, src_lang=corpus.src_lang or self.src_lang,
+                                             tgt_lang=corpus.tgt_lang or self.tgt_lang))
         return named
 
     def corpus_key(self, index: int) -> str:
@@ -303,9 +332,24 @@ class DataConfig:
         return "data.source" if self.sources is None else f"data.sources[{index}]"
 
     @property
+    def target_tags(self) -> dict[str, str]:
+        """Each target language of the corpora, in recipe order, with its tag; empty without data.target_tag."""
+        if self.target_tag is None:
+            return {}
+        return {corpus.tgt_lang: self.target_tag.replace("{lang}", corpus.tgt_lang) for corpus in self.corpora}
+
+    def source_prefix(self, corpus: CorpusConfig) -> str:
+        """What starts each source sentence of a corpus of `corpora`: its target-language tag, then its own tag,
+        each followed by a space; "" for neither."""
+        tags = [self.target_tags.get(corpus.tgt_lang), corpus.tag]
+        return "".join(tag + " " for tag in tags if tag is not None)
+
+    @property
     def tags(self) -> list[str]:
-        """The corpora's distinct tags, in recipe order: the vocabulary's special tokens after the fixed four."""
-        return list(dict.fromkeys(corpus.tag for corpus in self.corpora if corpus.tag is not None))
+        """The distinct tags, target-language tags first, then the corpora's, in recipe order: the vocabulary's
+        special tokens after the fixed four."""
+        return list(dict.fromkeys([*self.target_tags.values(),
+                                   *(corpus.tag for corpus in self.corpora if corpus.tag is not None)]))
 
     def validate(self, key: str) -> None:
         if self.source is None and self.sources is None:
@@ -323,10 +367,10 @@ class DataConfig:
                 if corpus.name is not None:
                     seen.add(corpus.name)
         for name in ("src_lang", "tgt_lang"):  # they name files: data/test.en, data/test.de
-            value = getattr(self, name)
-            check(bool(re.fullmatch(r"[A-Za-z][\w\-]*", value)), f"{key}.{name}", value,
-                   "must be a language code such as en or de")
+            check_language_code(f"{key}.{name}", getattr(self, name))
         check(self.src_lang != self.tgt_lang, f"{key}.tgt_lang", self.tgt_lang, "must differ from src_lang")
+        check_bounds(self, key)
+        self._check_pairs(key)
         if self.tags and self.bpe.from_ is None:  # every tag takes a token, and unigram pieces for its characters
             from mtx.tokenizer import smallest_vocab_size  # here: a recipe without tags loads no tokenizer library
 
@@ -335,3 +379,34 @@ class DataConfig:
                    f"is too small for the {len(self.tags)} tags of {key}.sources: a {bpe.style} {bpe.model} "
                    f"vocabulary with them needs at least {smallest} tokens. Raise it to {smallest} or more, or "
                    "use fewer tags")
+
+    def _check_pairs(self, key: str) -> None:
+        """The rules of several language pairs: each corpus' sides differ; a model of several target languages is
+        told which to produce by a target tag, whose spelling names the language once and makes a tag of each; and
+        the weights and a temperature do not both set the corpora's shares."""
+        corpora = self.corpora
+        for i, corpus in enumerate(corpora):
+            if corpus.src_lang == corpus.tgt_lang:
+                check(False, f"{self.corpus_key(i)}.tgt_lang", corpus.tgt_lang,
+                      f"must differ from the corpus' source language ({corpus.src_lang})")
+        targets = list(dict.fromkeys(corpus.tgt_lang for corpus in corpora))
+        if self.target_tag is None:
+            if len(targets) > 1:
+                raise ConfigError(
+                    f"The corpora of {key}.sources translate into {len(targets)} languages ({', '.join(targets)}), "
+                    f"and nothing tells the model which to produce: set {key}.target_tag, e.g. <2{{lang}}>, to "
+                    "put each pair's target language before its source sentences.")
+        else:
+            check(self.target_tag.count("{lang}") == 1, f"{key}.target_tag", self.target_tag,
+                  "must hold {lang} once, where each target language's code goes: e.g. <2{lang}>")
+            for lang, tag in self.target_tags.items():
+                check_tag(f"{key}.target_tag", tag)
+                clash = next((i for i, corpus in enumerate(corpora) if corpus.tag == tag), None)
+                if clash is not None:
+                    check(False, f"{self.corpus_key(clash)}.tag", tag,
+                          f"is also the target tag of {lang} ({key}.target_tag = {self.target_tag!r}): choose another")
+        if self.temperature is not None:
+            heavy = next((i for i, corpus in enumerate(corpora) if corpus.weight != 1), None)
+            if heavy is not None:
+                check(False, f"{self.corpus_key(heavy)}.weight", corpora[heavy].weight,
+                      f"and {key}.temperature both set the corpora's shares: keep one (weights 1 with a temperature)")

@@ -78,6 +78,10 @@ class DecodeConfig:
         bounds=Bounds(0, note="0: the whole vocabulary"))
     shortlist_frequent: int = setting(
         100, "With shortlist: the most frequent target tokens in every sentence's shortlist.", bounds=AT_LEAST_0)
+    target_lang: str | None = setting(
+        None, "For a model of several target languages (data.target_tag): translate into this one, by putting its "
+        "tag (<2de>) before every sentence that does not start with a target tag of its own. Unset: each sentence's "
+        "own tag decides.")
 
     @classmethod
     def of_checkpoint(cls, checkpoint: dict[str, Any], **overrides: Any) -> DecodeConfig:
@@ -93,26 +97,29 @@ class DecodeConfig:
         self._validate(lambda name: f"{key}.{name}", " = ", ConfigError)
 
     def validate_flags(self, vocabulary: int | None = None, given: Collection[str] = (),
-                       lexicon_width: int | None = None) -> None:
+                       lexicon_width: int | None = None, target_languages: Collection[str] | None = None) -> None:
         """As command-line flags: `--beam 0 must be at least 1.`, `--max-len-a -1.0 must be at least 0.`;
         `given`: the flags the user set (see `first_problem`)."""
-        self._validate(flag_name, " ", MtxError, vocabulary, given, lexicon_width)
+        self._validate(flag_name, " ", MtxError, vocabulary, given, lexicon_width, target_languages)
 
     def _validate(self, spell: Callable[[str], str], separator: str, error: type[MtxError],
-                  vocabulary: int | None = None, given: Collection[str] = (), lexicon_width: int | None = None
-                  ) -> None:
-        if (problem := self.first_problem(spell, separator, vocabulary, given, lexicon_width)) is not None:
+                  vocabulary: int | None = None, given: Collection[str] = (), lexicon_width: int | None = None,
+                  target_languages: Collection[str] | None = None) -> None:
+        problem = self.first_problem(spell, separator, vocabulary, given, lexicon_width, target_languages)
+        if problem is not None:
             raise error(problem[1])
 
     def first_problem(self, spell: Callable[[str], str], separator: str, vocabulary: int | None = None,
-                      given: Collection[str] = (), lexicon_width: int | None = None) -> tuple[str, str] | None:
+                      given: Collection[str] = (), lexicon_width: int | None = None,
+                      target_languages: Collection[str] | None = None) -> tuple[str, str] | None:
         """The first value the search cannot honour, as (its field's name, a message naming the field as `spell`
         writes names: a recipe key, a flag, a request's JSON field); None if every value is fine. `vocabulary`:
         the model's size, where one is at hand, which no beam may exceed. `given`: the fields the user chose
         (flags, a request's fields) on top of the recipe's; sampling with a beam is refused only where the beam
         was chosen, as a recipe that samples holds a beam all the same (unused). `lexicon_width`: the translations
         per source token the checkpoint's lexical table holds (0: it has none), where it is at hand, which no
-        shortlist may exceed."""
+        shortlist may exceed. `target_languages`: the languages the model translates into
+        (mtx.decode.target_lang), where at hand, which target_lang must be one of."""
         def problem(name: str, what: str) -> tuple[str, str]:
             return name, f"{spell(name)}{separator}{getattr(self, name)!r} {what}."
 
@@ -131,6 +138,9 @@ class DecodeConfig:
         if lexicon_width is not None and self.shortlist > lexicon_width:
             return problem("shortlist", f"is more than the {lexicon_width} translations per source token the "
                            "checkpoint's lexical table holds (data.lexicon.width)")
+        if target_languages is not None and self.target_lang not in (None, *target_languages):
+            return problem("target_lang", "is not a target language of this model, which translates into "
+                           + ", ".join(target_languages))
         if not self.sampling and self.nbest > self.beam:
             return problem("nbest", f"must be between 1 and {spell('beam')} ({self.beam})")
         if not self.sampling:

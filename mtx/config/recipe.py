@@ -18,7 +18,7 @@ from typing import Any
 
 from mtx.config.data import DataConfig
 from mtx.config.decode import DecodeConfig
-from mtx.config.fields import check, recipe_key, setting
+from mtx.config.fields import ConfigError, check, recipe_key, setting
 from mtx.config.model import ModelConfig, resolve_model
 from mtx.config.train import TrainConfig
 
@@ -47,6 +47,10 @@ class Recipe:
         check(self.train.bpe_dropout == 0 or self.data.bpe.from_ is not None or self.data.bpe.model == "bpe",
                "train.bpe_dropout", self.train.bpe_dropout,
                "needs a BPE vocabulary, and data.bpe.model is unigram: drop merges of a BPE, or set it to 0")
+        languages = list(self.data.target_tags) or [self.data.tgt_lang]  # the languages the model will produce
+        problem = self.decode.first_problem(lambda name: f"decode.{name}", " = ", target_languages=languages)
+        if problem is not None:
+            raise ConfigError(problem[1])
 
     def to_dict(self) -> dict[str, Any]:
         return strip_nones(as_mapping(self))

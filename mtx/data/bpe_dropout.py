@@ -65,7 +65,7 @@ class BpeDropout:
     def sentence(self, ids: Sequence[int], epoch: int, pair: int, side: str) -> np.ndarray:
         """The sentence of `ids` (one side of a stored pair, as `encode` made it) segmented anew with dropout."""
         ids = [int(i) for i in ids]
-        out = ids[:1] if ids and ids[0] in self._tags else []
+        out = list(itertools.takewhile(self._tags.__contains__, ids))  # its leading tags, kept whole
         draws = random.Random(((self.seed * 1_000_003 + int(epoch)) * 4_294_967_311 + int(pair)) * 2 + _SIDES[side])
         start = len(out)
         for end in range(start + 1, len(ids) + 1):

@@ -162,3 +162,14 @@ def identify_language(text: str) -> tuple[str, float]:
     """(ISO 639-1 code, probability) of the language py3langid finds `text` to be in."""
     language, probability = _identifier().classify(text)
     return language, float(probability)
+
+
+def unidentifiable(lang: str) -> str | None:
+    """Why language identification cannot check a side in `lang`, as the end of a sentence naming it; None if it
+    can. py3langid names the languages it knows by their ISO 639-1 codes; a side in another would be "another
+    language" whenever identification is sure, and almost every pair would be dropped."""
+    known = sorted(set(_identifier().nb_classes))
+    if lang in known:
+        return None
+    return (f"is not one of the {len(known)} languages py3langid identifies ({', '.join(known)}), so "
+            "data.filter.language_id would drop almost every pair: use its ISO 639-1 code, or turn language_id off")

@@ -47,7 +47,8 @@ def build_manifest(data: DataConfig, corpora: list[dict[str, SplitStream]], toke
         "mtx_version": __version__,
         "format": FORMAT,
         "source": {"kind": kinds.pop() if len(kinds) == 1 else "mixed", **{s: origins(corpora, s) for s in splits}},
-        "corpora": [_corpus_entry(corpus, streams, corpus_counts, {s: read[s][i] for s in read})
+        "corpora": [_corpus_entry(corpus, data.source_prefix(corpus), streams, corpus_counts,
+                                  {s: read[s][i] for s in read})
                     for i, (corpus, streams, corpus_counts) in enumerate(zip(named, corpora, counts, strict=True))],
         "src_lang": data.src_lang,
         "tgt_lang": data.tgt_lang,
@@ -60,13 +61,15 @@ def build_manifest(data: DataConfig, corpora: list[dict[str, SplitStream]], toke
     }
 
 
-def _corpus_entry(corpus: CorpusConfig, streams: dict[str, SplitStream], counts: Counter,
+def _corpus_entry(corpus: CorpusConfig, prefix: str, streams: dict[str, SplitStream], counts: Counter,
                   read: dict[str, Counter | None]) -> dict[str, Any]:
     """A corpus in the manifest: its origin and pairs per split it has (train's are those kept), its filter
-    counts, and its tag and weight as prepared (`mtx train` takes the weight from the recipe)."""
+    counts, its languages, its tag, the tags its sources start with (`prefix`), and its weight as prepared (`mtx
+    train` takes the weight from the recipe)."""
     filtered = _filter_counts(counts)
     pairs = {"train": filtered["kept"], **{split: c["read"] for split, c in read.items() if c is not None}}
-    return {"name": corpus.name, "kind": corpus.kind, "tag": corpus.tag, "weight": corpus.weight,
+    return {"name": corpus.name, "kind": corpus.kind, "src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang,
+            "tag": corpus.tag, "prefix": prefix, "weight": corpus.weight,
             "splits": {split: {"origin": streams[split].origin, "pairs": pairs[split]} for split in streams},
             "filter": filtered}
 
@@ -94,8 +97,8 @@ def fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
     """What the prepared data depends on: the data section, the model's max_positions (the token-length filter;
     no other model or train setting) and the input files, data.bpe.from's included.
 
-    Not the corpora's weights, which `mtx train` applies (a new weight needs no new data), nor the lexicon's
-    settings (`mtx prepare` learns the table again on its own, the splits as they are), nor the BPE's
+    Not the corpora's weights or temperature, which `mtx train` applies (a new weight needs no new data), nor the
+    lexicon's settings (`mtx prepare` learns the table again on its own, the splits as they are), nor the BPE's
     settings when data.bpe.from replaces them; and a demo source's domain only where it is not "all", the
     vocabulary's style and model only where they are not byte-level BPE, a files source's keep_best only below 1,
     and each cleaning filter's key only where it is not its default (off), so that recipes written before domains,
@@ -104,6 +107,7 @@ def fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
     """
     section = strip_nones(as_mapping(data))
     del section["lexicon"]
+    section.pop("temperature", None)  # applied by `mtx train`, as the weights are
     for corpus in section.get("sources", []):
         del corpus["weight"]
     for source in [section.get("source"), *section.get("sources", [])]:

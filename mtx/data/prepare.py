@@ -23,8 +23,10 @@ and counted on its own in the manifest; dedup runs across them (the first occurr
 a duplicate counts against the corpus it is found in). Each split holds the corpora that have it one after the
 other, so a corpus is a contiguous range of the train split, which the manifest's per-corpus counts give: the
 trainer repeats a range for a corpus' weight (mtx.train.run_data). A tagged corpus' sources begin with its tag
-token: in valid/test's text, as `tag + " "` before each source line (what BLEU and `mtx translate` read); in the
-training pairs, added when they are encoded, so that dedup and the BPE see the untagged text.
+tokens (`DataConfig.source_prefix`: the target-language tag of a model of several target languages, then the
+corpus' own tag): in valid/test's text, as `tag + " "` before each source line (what BLEU and `mtx translate`
+read); in the training pairs, added when they are encoded, so that dedup and the BPE see the untagged text. Each
+corpus is cleaned for its own languages (`data.sources[i].src_lang`, `tgt_lang`).
 
 A source with gold word alignments (the demo corpus) also gets `{split}.align` beside valid/test's text: one
 Pharaoh line per pair, line by line with `{split}.{lang}`, as nothing drops valid/test pairs; with several
@@ -57,10 +59,10 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from mtx.config.data import CorpusConfig, DataConfig, LexiconConfig
+from mtx.config.data import DataConfig, LexiconConfig
 from mtx.config.model import resolve_model
 from mtx.config.recipe import Recipe
-from mtx.data.cleaning import PairCleaner
+from mtx.data.cleaning import PairCleaner, unidentifiable
 from mtx.data.corpora import CHUNK_PAIRS, SPLITS, RawPair, SplitStream, open_corpora
 from mtx.data.lexicon import Lexicon, learn_lexicon
 from mtx.data.manifest import FILTERS, build_manifest, describe_drops, fingerprint, origins, print_summary, up_to_date
@@ -69,9 +71,10 @@ from mtx.data.vocabulary import borrowed_tokenizer, learn_tokenizer
 from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer, normalize_text
 
-# Pairs as the encoder reads them: cleaned text files, which of their pairs to keep (None: all), a tag to put before
-# each source (None: none, or the text has it): a corpus' training pairs, or a valid or test split.
-TextPart = tuple[tuple[Path, Path], np.ndarray | None, str | None]
+# Pairs as the encoder reads them: cleaned text files, which of their pairs to keep (None: all), what to put before
+# each source (its tags and a space after each; "": nothing, or the text has it): a corpus' training pairs, or a
+# valid or test split.
+TextPart = tuple[tuple[Path, Path], np.ndarray | None, str]
 
 
 def prepare(recipe: Recipe, workers: int | None = None, console: Console | None = None) -> dict[str, Any]:
@@ -85,6 +88,7 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     data, max_positions = recipe.data, resolve_model(recipe.model).max_positions
     data_dir, partial = recipe.run_path / "data", recipe.run_path / "data.partial"
     borrowed = borrowed_tokenizer(data)  # data.bpe.from read, and the tags checked against it, before any work
+    _check_identifiable(data)
     stamp = fingerprint(data, max_positions)
     if up_to_date(data_dir, stamp):
         if lexicon_is_current(data_dir, data.lexicon):
@@ -113,6 +117,19 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     return manifest
 
 
+def _check_identifiable(data: DataConfig) -> None:
+    """With data.filter.language_id, refuse a corpus language that identification does not know, naming its key."""
+    if not data.filter.language_id:
+        return
+    PairCleaner(data.filter, data.src_lang, data.tgt_lang)  # names the extra mtx[langid] if it is missing
+    for i, corpus in enumerate(data.corpora):
+        for side in ("src_lang", "tgt_lang"):
+            lang = getattr(corpus, side)
+            if (problem := unidentifiable(lang)) is not None:
+                own = data.sources is not None and getattr(data.sources[i], side) is not None
+                raise MtxError(f"{data.corpus_key(i) if own else 'data'}.{side} = {lang!r} {problem}.")
+
+
 def _build_data_folder(data: DataConfig, max_positions: int, corpora: list[dict[str, SplitStream]],
                        borrowed: Tokenizer | None, out: Path, workers: int, progress: Progress) -> dict[str, Any]:
     """Write every split's text and token files and the tokenizer into `out`; the manifest describing them."""
@@ -120,14 +137,15 @@ def _build_data_folder(data: DataConfig, max_positions: int, corpora: list[dict[
     eval_splits = [split for split in SPLITS[1:] if any(split in streams for streams in corpora)]
     texts = {split: (out / f"{split}.{data.src_lang}", out / f"{split}.{data.tgt_lang}") for split in eval_splits}
     with _pool(workers) as pool:
-        cleaner = PairCleaner(data.filter, data.src_lang, data.tgt_lang)
-        counts, keeps = _clean_train([streams["train"] for streams in corpora], cleaner, out, pool, workers, progress)
-        read = {split: _clean_eval(split, corpora, named, texts[split], pool, workers, progress)
+        cleaners = [PairCleaner(data.filter, corpus.src_lang, corpus.tgt_lang) for corpus in named]
+        counts, keeps = _clean_train([streams["train"] for streams in corpora], cleaners, out, pool, workers, progress)
+        read = {split: _clean_eval(split, corpora, [data.source_prefix(c) for c in named], texts[split], pool,
+                                   workers, progress)
                 for split in eval_splits}
     for split in eval_splits:
         _write_gold_alignments(split, [streams.get(split) for streams in corpora], read[split], out)
 
-    parts: list[TextPart] = [(_work_files(out, i), keep, corpus.tag)
+    parts: list[TextPart] = [(_work_files(out, i), keep, data.source_prefix(corpus))
                               for i, (keep, corpus) in enumerate(zip(keeps, named, strict=True))]
     kept = sum(int(keep.sum()) for keep in keeps)
     sample = min(kept, data.bpe.max_lines)
@@ -150,7 +168,7 @@ def _build_data_folder(data: DataConfig, max_positions: int, corpora: list[dict[
         splits = {"train": train}
         for split in eval_splits:
             pairs = sum(c["read"] for c in read[split] if c is not None)
-            splits[split], _ = _encode_split(split, [(texts[split], None, None)], pairs, None, dtype, out, pool,
+            splits[split], _ = _encode_split(split, [(texts[split], None, "")], pairs, None, dtype, out, pool,
                                              workers, progress)
             splits[split]["invalid_utf8_replaced"] = sum(c["invalid_utf8"] for c in read[split] if c is not None)
     return build_manifest(data, corpora, tokenizer, dtype, sample, counts, read, max_positions, splits)
@@ -190,17 +208,18 @@ def _write_gold_alignments(split: str, streams: list[SplitStream | None], read: 
 # ------------------------------------------------------------------------------------------------ clean
 
 
-def _clean_train(streams: list[SplitStream], cleaner: PairCleaner, out: Path, pool: Executor | None, workers: int,
-                 progress: Progress) -> tuple[list[Counter], list[np.ndarray]]:
-    """Clean each corpus' training split into its work files, then dedup them together: (counts by filter, a
-    mask of the pairs kept), per corpus. A duplicate of a pair of an earlier corpus counts against the later."""
+def _clean_train(streams: list[SplitStream], cleaners: list[PairCleaner], out: Path, pool: Executor | None,
+                 workers: int, progress: Progress) -> tuple[list[Counter], list[np.ndarray]]:
+    """Clean each corpus' training split into its work files, each by its cleaner (the corpus' languages), then
+    dedup them together: (counts by filter, a mask of the pairs kept), per corpus. A duplicate of a pair of an
+    earlier corpus counts against the later."""
     counts, hashes = [], []
-    for i, stream in enumerate(streams):
+    for i, (stream, cleaner) in enumerate(zip(streams, cleaners, strict=True)):
         with _writing(_work_files(out, i)) as writers:
-            corpus_counts, corpus_hashes = _clean_split(stream, cleaner, writers, None, pool, workers, progress)
+            corpus_counts, corpus_hashes = _clean_split(stream, cleaner, writers, "", pool, workers, progress)
         counts.append(corpus_counts)
         hashes.append(corpus_hashes)
-    keep = (_first_occurrences(np.concatenate(hashes)) if cleaner.filt.dedup
+    keep = (_first_occurrences(np.concatenate(hashes)) if cleaners[0].filt.dedup
             else np.ones(sum(map(len, hashes)), dtype=bool))
     keeps = np.split(keep, np.cumsum([len(h) for h in hashes])[:-1])
     for corpus_counts, corpus_keep in zip(counts, keeps, strict=True):
@@ -213,17 +232,18 @@ def _clean_train(streams: list[SplitStream], cleaner: PairCleaner, out: Path, po
     return counts, keeps
 
 
-def _clean_eval(split: str, corpora: list[dict[str, SplitStream]], named: list[CorpusConfig],
+def _clean_eval(split: str, corpora: list[dict[str, SplitStream]], prefixes: list[str],
                 texts: tuple[Path, Path], pool: Executor | None, workers: int, progress: Progress
                 ) -> list[Counter | None]:
     """Normalize a valid or test split, corpus after corpus, into the text files BLEU and `mtx translate` read,
-    a tagged corpus' source lines beginning with its tag; the counts per corpus (None: it has no such split)."""
+    a tagged corpus' source lines beginning with its `prefixes` entry (its tags); the counts per corpus (None: it
+    has no such split)."""
     read: list[Counter | None] = []
     with _writing(texts) as writers:
-        for streams, corpus in zip(corpora, named, strict=True):
+        for streams, prefix in zip(corpora, prefixes, strict=True):
             stream = streams.get(split)
             read.append(None if stream is None else
-                        _clean_split(stream, None, writers, corpus.tag, pool, workers, progress)[0])
+                        _clean_split(stream, None, writers, prefix, pool, workers, progress)[0])
     return read
 
 
@@ -234,13 +254,13 @@ def _writing(texts: tuple[Path, Path]) -> Iterator[tuple[TextIO, TextIO]]:
         yield src, tgt
 
 
-def _clean_split(stream: SplitStream, cleaner: PairCleaner | None, writers: tuple[TextIO, TextIO], tag: str | None,
+def _clean_split(stream: SplitStream, cleaner: PairCleaner | None, writers: tuple[TextIO, TextIO], prefix: str,
                  pool: Executor | None, workers: int, progress: Progress) -> tuple[Counter, np.ndarray]:
     """Normalize a split into its two text files, in chunks on the workers; (counts, one hash per kept pair).
 
     With a cleaner (training data) rejected pairs are dropped and counted by reason; without one (valid/test)
-    every pair is kept and `counts["invalid_utf8"]` counts those repaired with U+FFFD. With a tag, each source
-    line begins with it and a space.
+    every pair is kept and `counts["invalid_utf8"]` counts those repaired with U+FFFD. Each source line begins
+    with `prefix` (a corpus' tags, each followed by a space).
     """
     counts: Counter = Counter({name: 0 for name in FILTERS})
     for name, dropped in stream.dropped_before.items():  # pairs the source left out before they were read here
@@ -248,7 +268,6 @@ def _clean_split(stream: SplitStream, cleaner: PairCleaner | None, writers: tupl
     hashes = []
     verb = "cleaning" if cleaner is not None else "reading"
     task = progress.add_task(f"{verb} {stream.split} ({stream.origin})", total=stream.total)
-    prefix = "" if tag is None else tag + " "
     jobs = ((chunk, cleaner) for chunk in stream.chunks())
     for srcs, tgts, chunk_hashes, chunk_counts in _ordered_map(_clean_chunk, jobs, pool, workers):
         _write_lines(writers[0], [prefix + src for src in srcs] if prefix else srcs)
@@ -348,9 +367,9 @@ def _encode_split(split: str, parts: list[TextPart], pairs: int, max_positions: 
                  for side in SIDES}
         for _, offsets in files.values():
             np.zeros(1, dtype=np.int64).tofile(offsets)
-        for texts, keep, tag in parts:
+        for texts, keep, prefix in parts:
             dropped.append(0)
-            jobs = ((chunk, dtype, max_positions) for chunk in _kept_chunks(texts, keep, tag))
+            jobs = ((chunk, dtype, max_positions) for chunk in _kept_chunks(texts, keep, prefix))
             for encoded, too_long in _ordered_map(_encode_chunk, jobs, pool, workers):
                 for side, (ids, lens) in zip(SIDES, encoded, strict=True):
                     tokens, offsets = files[side]
@@ -363,11 +382,10 @@ def _encode_split(split: str, parts: list[TextPart], pairs: int, max_positions: 
     return totals, dropped
 
 
-def _kept_chunks(texts: tuple[Path, Path], keep: np.ndarray | None, tag: str | None
+def _kept_chunks(texts: tuple[Path, Path], keep: np.ndarray | None, prefix: str
                  ) -> Iterator[tuple[list[str], list[str]]]:
-    """The kept pairs in chunks of sources and targets; a tagged corpus' sources begin with the tag and a space,
-    which the encoder turns into the tag's id."""
-    prefix = "" if tag is None else tag + " "
+    """The kept pairs in chunks of sources and targets; a tagged corpus' sources begin with `prefix`, its tags
+    each followed by a space, which the encoder turns into the tags' ids."""
     pairs = _kept_pairs(texts, keep)
     while chunk := list(islice(pairs, CHUNK_PAIRS)):
         yield [prefix + src for src, _ in chunk], [tgt for _, tgt in chunk]

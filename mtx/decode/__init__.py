@@ -6,6 +6,7 @@
     forced       forced scores: the model's score of given translations (--score-reference)
     limits       what a model allows a translation (vocabulary, positions, decoder layers, output length), read
                  from the models or from the checkpoints' metadata alone (the server's request checks)
+    target_lang  which language a model of several target languages produces: the tag put before a source
     translator   `Translator`: sentences in, n-best lists out, batched by length, on CPU threads or a GPU
     ensemble     several models searched as one, their next-token probabilities averaged
     shortlist    each sentence searched over its own few likely target tokens (--shortlist), from the lexicon

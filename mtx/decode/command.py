@@ -207,6 +207,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     from mtx.decode.alignment import aligning_layer
     from mtx.decode.doubts import DoubtThresholds
     from mtx.decode.output import OutputFormat, score_writer, search_writer
+    from mtx.decode.target_lang import TargetLanguages
     from mtx.decode.translator import Dtype, TranslationStats, Translator, load_prepared
     from mtx.devices import DeviceName
 
@@ -226,7 +227,8 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     layer = aligning_layer(alignment, alignment_layer, len(prepared[0].decoder_layers))
     thresholds = DoubtThresholds.of_checkpoint(loaded[0]) if output_format == "jsonl" else None
     translator = Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=layer,
-                            doubt_thresholds=thresholds, lexicon=Lexicon.of_checkpoint(loaded[0]))
+                            doubt_thresholds=thresholds, lexicon=Lexicon.of_checkpoint(loaded[0]),
+                            targets=TargetLanguages.of_checkpoint(loaded[0]))
     show_progress = sys.stderr.isatty()
     with contextlib.ExitStack() as files:
         source = files.enter_context(open(input_path, "rb")) if input_path is not None else sys.stdin.buffer

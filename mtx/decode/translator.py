@@ -42,6 +42,7 @@ from mtx.decode.limits import ModelLimits
 from mtx.decode.sampling import line_indices
 from mtx.decode.search import Constraints, Hypothesis, IncrementalDecoder, LengthPenalty, Sampling, search
 from mtx.decode.shortlist import Shortlist, ShortlistDecoder
+from mtx.decode.target_lang import TargetLanguages
 from mtx.devices import available_memory, choose_device, choose_dtype, half_precision_model
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
@@ -99,6 +100,7 @@ class Translator:
     alignment_layer: int | None = None
     doubt_thresholds: DoubtThresholds | None = None  # flag doubtful translations (mtx.decode.doubts); None: do not
     lexicon: Lexicon | None = None  # the first checkpoint's lexical table, which decode.shortlist needs
+    targets: TargetLanguages | None = None  # the first checkpoint's target languages, which decode.target_lang names
 
     def __post_init__(self) -> None:
         if self.batch_tokens < 1:
@@ -106,7 +108,8 @@ class Translator:
         self.models: list[Transformer] = [self.model] if isinstance(self.model, Transformer) else list(self.model)
         first = self.models[0]
         self.limits = ModelLimits.of_configs([(model.cfg, model.vocab_size) for model in self.models])
-        self.decode.validate_flags(first.vocab_size, lexicon_width=width_of(self.lexicon))
+        self.decode.validate_flags(first.vocab_size, lexicon_width=width_of(self.lexicon),
+                                   target_languages=None if self.targets is None else self.targets.languages)
         self.shortlist = None if not self.decode.shortlist else Shortlist(
             self.lexicon, self.decode.shortlist, self.decode.shortlist_frequent)
         if self.alignment_layer is not None:
@@ -122,7 +125,7 @@ class Translator:
         each sentence's own index, where the sentences come from several inputs (a server's requests).
         `prefixes`: a target prefix per sentence ("": none), which its translations start with.
         """
-        return self.translate_tokens(encode_sentences(self.tokenizer, sentences), first_line, prefixes)
+        return self.translate_tokens(self._encoded(sentences), first_line, prefixes)
 
     def translate_tokens(self, token_ids: list[list[int] | None], first_line: int | Sequence[int] = 0,
                          prefixes: list[str] | None = None) -> list[list[Translation]]:
@@ -169,7 +172,7 @@ class Translator:
         of the first in the input): scoring only the part that fits would report the score of another text.
         """
         started = time.perf_counter()
-        todo, sources = self._sources(encode_sentences(self.tokenizer, sentences))
+        todo, sources = self._sources(self._encoded(sentences))
         targets = [normalize_text(translations[i]) for i in todo]
         given = self.tokenizer.encode_batch(targets)
         for j, ids in enumerate(given):
@@ -231,6 +234,10 @@ class Translator:
         if self.alignment_layer is not None:
             search += 4 * rows * source_len * (2 * positions + self.models[0].cfg.heads)
         return search
+
+    def _encoded(self, sentences: list[str]) -> list[list[int] | None]:
+        """`encode_sentences`, each sentence with the tag of decode.target_lang where the model has several."""
+        return encode_sentences(self.tokenizer, sentences, self.targets, self.decode.target_lang)
 
     def _sources(self, token_ids: list[list[int] | None]) -> tuple[list[int], list[list[int]]]:
         """The indices of the sentences that are not empty once normalised, and their token ids plus EOS."""
@@ -380,9 +387,13 @@ def prepare_model(model: Transformer, device: torch.device, dtype: Dtype) -> Tra
     return model if torch_dtype == torch.float32 else half_precision_model(model, torch_dtype)
 
 
-def encode_sentences(tokenizer: Tokenizer, sentences: Sequence[str]) -> list[list[int] | None]:
+def encode_sentences(tokenizer: Tokenizer, sentences: Sequence[str], targets: TargetLanguages | None = None,
+                     target_lang: str | None = None) -> list[list[int] | None]:
     """Each sentence normalised as the training data was (`normalize_text`) and tokenised: its token ids, EOS not
-    included, or None where nothing is left (an empty line), which gets no translation."""
+    included, or None where nothing is left (an empty line), which gets no translation. With the model's
+    `targets` and a `target_lang`, a sentence without a target tag of its own gets that language's."""
     texts = [normalize_text(sentence) for sentence in sentences]
+    if targets is not None:
+        texts = targets.tagged(texts, target_lang)
     encoded = iter(tokenizer.encode_batch([text for text in texts if text]))
     return [next(encoded) if text else None for text in texts]

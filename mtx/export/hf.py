@@ -7,7 +7,8 @@ removed):
 - config.json, model.safetensors: the MarianMT twin of the model (mtx.export.marian).
 - tokenizer.json, tokenizer_config.json: mtx's tokenizer with its normalisation and the source's EOS built in
   (mtx.export.tokenizer), wrapped as a fast tokenizer with mtx's special tokens, and with special-token text
-  in the input split as ordinary text, as mtx encodes it.
+  in the input split as ordinary text, as mtx encodes it; tags (<bt>, a multilingual model's <2fr>) stay one
+  token each.
 - generation_config.json: the recipe's decoding, as far as `generate` can state it (`generation_config`).
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from tokenizers import Tokenizer as HfTokenizer
 
 from mtx.config.recipe import DecodeConfig, ModelConfig
 from mtx.export.marian import marian_from_mtx
@@ -54,10 +57,21 @@ def fast_tokenizer(tokenizer_json: str, max_positions: int):
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(
-        tokenizer_object=exported_tokenizer(tokenizer_json), pad_token=SPECIAL_TOKENS[PAD],
+        tokenizer_object=_tags_kept_whole(exported_tokenizer(tokenizer_json)), pad_token=SPECIAL_TOKENS[PAD],
         bos_token=SPECIAL_TOKENS[BOS], eos_token=SPECIAL_TOKENS[EOS], unk_token=SPECIAL_TOKENS[UNK],
         split_special_tokens=True, model_max_length=max_positions, model_input_names=["input_ids", "attention_mask"],
     )
+
+
+def _tags_kept_whole(tokenizer: HfTokenizer) -> HfTokenizer:
+    """The tokenizer with its tags (corpus and target-language tags: the special tokens after mtx's four) as
+    ordinary added tokens. `split_special_tokens`, which reads "</s>" in the input as text, as mtx does, would
+    split them too, and a multilingual model's <2fr> must reach it as its one token."""
+    spec = json.loads(tokenizer.to_str())
+    for token in spec["added_tokens"]:
+        if token["id"] >= len(SPECIAL_TOKENS):
+            token["special"] = False
+    return HfTokenizer.from_str(json.dumps(spec))
 
 
 def save_hf_folder(model: Transformer, tokenizer_json: str, decode: DecodeConfig, folder: Path) -> None:

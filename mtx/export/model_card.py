@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from mtx import __version__
+from mtx.decode.target_lang import TargetLanguages
 from mtx.tokenizer import Tokenizer
 
 
@@ -62,8 +63,13 @@ def model_card(checkpoint_path: Path, checkpoint: dict[str, Any], target: str, u
     origin = f" (the average of {len(averaged)} checkpoints)" if averaged else ""
     if "ema_decay" in checkpoint:
         origin += f", its exponential moving average of the weights (decay {checkpoint['ema_decay']:g})"
+    targets = TargetLanguages.of_checkpoint(checkpoint)
+    if targets.tags:  # a model of several target languages: the tag chooses, and the example has none
+        notes = [*notes, "This model translates into " + ", ".join(targets.languages) + ": start each source sentence "
+                 "with the tag of the language wanted and a space (" + ", ".join(f"`{tag} `" for tag in
+                                                                          targets.tags.values()) + ")."]
     lines = [
-        f"# {recipe['name']}: {data['src_lang']} → {data['tgt_lang']} translation (mtx, {target})",
+        f"# {recipe['name']}: {data['src_lang']} → {', '.join(targets.languages)} translation (mtx, {target})",
         "",
         f"A Transformer trained with mtx and exported by `mtx export` (mtx {__version__}) from "
         f"`{checkpoint_path.name}`, at step {checkpoint['step']:,}{origin}.",

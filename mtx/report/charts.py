@@ -5,7 +5,8 @@ as it shows, and scales without blur. Text is drawn as paths from the font matpl
 so a chart looks the same whatever fonts the machine that draws it or the one that shows it has installed.
 The SVG carries no date and a fixed hash salt, so the same runs give the same bytes.
 
-One figure per curve: train loss, valid loss, valid BLEU and the learning rate, against steps and, beside
+One figure per curve: train loss, valid loss, valid BLEU (and each language pair's, for a model of several) and
+the learning rate, against steps and, beside
 that, against the training clock (the `seconds` of metrics.jsonl: wall-clock training time summed over
 resumes), every run overlaid in the same colour in both panels. Runs whose log has no clock appear against
 steps only. The BLEU levels of the report are drawn across the BLEU chart, so time to BLEU can be read off.
@@ -31,15 +32,26 @@ class Curve:
     title: str
     lines: str  # "train" or "valid"
     field: str
+    pair: str | None = None  # a language pair of a model of several: the field of its valid_pairs entry
 
     def points(self, run: Run) -> list[tuple[int, float | None, float]]:
         """(step, training seconds or None, value) of every line of `run` that has the field."""
-        return [(line["step"], line.get("seconds"), line[self.field]) for line in getattr(run, self.lines)
-                if line.get(self.field) is not None]
+        return [(line["step"], line.get("seconds"), value) for line in getattr(run, self.lines)
+                if (value := self.value(line)) is not None]
+
+    def value(self, line: dict) -> float | None:
+        return line.get(self.field) if self.pair is None else line.get("valid_pairs", {}).get(self.pair, {}).get(
+            self.field)
 
 
 CURVES = (Curve("Train loss", "train", "loss"), Curve("Valid loss", "valid", "valid_loss"),
           Curve("Valid BLEU", "valid", "valid_bleu"), Curve("Learning rate", "train", "lr"))
+
+
+def pair_curves(runs: Sequence[Run]) -> list[Curve]:
+    """A valid BLEU curve per language pair that a run of a model of several pairs validated."""
+    pairs = dict.fromkeys(pair for run in runs for line in run.valid for pair in line.get("valid_pairs", {}))
+    return [Curve(f"Valid BLEU, {pair}", "valid", "bleu", pair) for pair in pairs]
 
 
 @dataclass(frozen=True)
@@ -58,8 +70,8 @@ def time_unit(seconds: float) -> tuple[float, str]:
 
 def draw_charts(runs: Sequence[Run], bleu_levels: Sequence[float]) -> list[Chart]:
     """A chart per curve that some run has points of, every run overlaid."""
-    return [draw_curve(curve, runs, bleu_levels if curve.field == "valid_bleu" else ()) for curve in CURVES
-            if any(curve.points(run) for run in runs)]
+    return [draw_curve(curve, runs, bleu_levels if curve.field == "valid_bleu" else ())
+            for curve in (*CURVES, *pair_curves(runs)) if any(curve.points(run) for run in runs)]
 
 
 def draw_curve(curve: Curve, runs: Sequence[Run], levels: Sequence[float]) -> Chart:

@@ -85,7 +85,8 @@ def request_model(limits: Limits) -> type[BaseModel]:
     notes = {"beam": f"At most {limits.max_beam} (--max-beam) and the model's vocabulary; with sampling, 1 (or unset).",
              "nbest": f"At most beam, unless sampling; at most {limits.max_beam} (--max-beam) either way.",
              **{name: "Only with sampling: otherwise unset." for name in SAMPLING_ONLY},
-             "alignment_layer": "Only with alignment; one of the model's decoder layers."}
+             "alignment_layer": "Only with alignment; one of the model's decoder layers.",
+             "target_lang": "One of the model's target languages."}
 
     def option(f: dataclasses.Field, kind: Any, default: Any, suffix: str = "") -> tuple[Any, Any]:
         finite = kind in (float, float | None)

@@ -37,6 +37,7 @@ from typing import Any, Literal
 from mtx.config.decode import SAMPLING_ONLY, DecodeConfig
 from mtx.config.fields import Bounds, bounds_problems, setting
 from mtx.decode.limits import ModelLimits
+from mtx.decode.target_lang import TargetLanguages
 from mtx.decode.translator import Dtype, encode_sentences
 from mtx.errors import MtxError, first_line
 from mtx.serve.batcher import Batcher, Draining, Job, QueueFull
@@ -97,6 +98,7 @@ class TranslationService:
         self.decoding_processes: list[DecodingProcess] = []
         self.checkpoint: dict[str, Any] | None = None  # the first model's metadata, once read: its recipe's options
         self.lexicon_width = 0  # translations per source token of the first model's lexical table (0: none)
+        self.targets: TargetLanguages | None = None  # the first model's target languages (decode.target_lang's)
         self.model: ModelLimits | None = None  # set last by `_load`: once it is, so is all a request is checked by
 
     def load(self) -> None:
@@ -127,6 +129,7 @@ class TranslationService:
         self.tokenizer, loaded = read_metadata(self.checkpoints)
         self.checkpoint = loaded[0]
         self.lexicon_width = width_of(Lexicon.of_checkpoint(self.checkpoint))
+        self.targets = TargetLanguages.of_checkpoint(self.checkpoint)
         self.model = ModelLimits.of_checkpoints(loaded)
         for process in self.decoding_processes:
             process.wait_ready()
@@ -166,7 +169,8 @@ class TranslationService:
         decode_options = {k: v for k, v in options.items() if k in DECODE_OPTIONS}
         decode = DecodeConfig.of_checkpoint(self.checkpoint, **decode_options)
         problem = decode.first_problem(lambda name: name, " = ", vocabulary=self.model.vocab_size,
-                                       given=decode_options, lexicon_width=self.lexicon_width)
+                                       given=decode_options, lexicon_width=self.lexicon_width,
+                                       target_languages=None if self.targets is None else self.targets.languages)
         if problem is not None:
             raise RequestError(400, problem[1], problem[0])
         for name in ("beam", "nbest"):
@@ -185,7 +189,7 @@ class TranslationService:
         cost, counted as the translator's batches count it; a sentence longer than the model's positions is
         refused (413), where `mtx translate` would truncate it."""
         model, cost = self.model, 0
-        sources = encode_sentences(self.tokenizer, text)
+        sources = encode_sentences(self.tokenizer, text, self.targets, decode.target_lang)
         for index, ids in enumerate(sources):
             if ids is None:
                 continue
@@ -213,7 +217,8 @@ class TranslationService:
         - with sampling: beam unset or 1; with either, beam and nbest at most `max_beam`, however set;
         - alignment_layer only with alignment, and one of the model's decoder layers;
         - beam at most the model's vocabulary;
-        - shortlist at most the translations per source token of the checkpoint's lexical table (0: it has none).
+        - shortlist at most the translations per source token of the checkpoint's lexical table (0: it has none);
+        - target_lang one of the model's target languages (mtx.decode.target_lang).
         """
         if self.model is None:
             return {}
@@ -234,7 +239,8 @@ class TranslationService:
         return {"allOf": [{"anyOf": [*searches, sampling]}, {"anyOf": aligning},
                           {"properties": {"alignment_layer": {"maximum": self.model.decoder_layers - 1},
                                           "beam": {"maximum": self.model.vocab_size},
-                                          "shortlist": {"maximum": self.lexicon_width}}}]}
+                                          "shortlist": {"maximum": self.lexicon_width},
+                                          "target_lang": {"enum": [*self.targets.languages, None]}}}]}
 
     async def translate(self, text: list[str], options: dict[str, Any], arrived: float) -> list[dict[str, object]]:
         """The translations of a request's sentences, each as `mtx translate --format jsonl` writes a line;

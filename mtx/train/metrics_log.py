@@ -106,9 +106,7 @@ class MetricsLog:
             self.tensorboard.write(event)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(event) + "\n")
-        shown = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in event.items()
-                          if k != "event")
-        self.console.print(f"{event['event']}: {shown}")
+        self.console.print(f"{event['event']}: {_shown(event)}")
 
     def say(self, message: str) -> None:
         """A message on stderr, from rank 0."""
@@ -158,3 +156,14 @@ def _event_step(line: str) -> float:
         return json.loads(line)["step"]
     except (json.JSONDecodeError, KeyError, TypeError):
         return math.inf  # a line torn by a kill: dropped
+
+
+def _shown(event: dict[str, Any]) -> str:
+    """A line's fields as its stderr line shows them: floats to 4 digits, a nested field (valid_pairs) as
+    `name key value ...` for each of its entries."""
+    def value(v: Any) -> str:
+        if isinstance(v, dict):
+            return "  ".join(f"{k} {value(inner)}" for k, inner in v.items())
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    return "  ".join(f"{k} {value(v)}" for k, v in event.items() if k != "event")

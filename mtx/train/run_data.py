@@ -6,8 +6,10 @@ model's position table or the token budget of a batch cannot be trained on, so i
 
 The corpora of a recipe (`data.sources`) follow one another in the train split, each a contiguous range that the
 manifest's per-corpus counts give. A corpus of weight w is seen w times an epoch: its range is repeated w times
-before the batches are made. The weights are the recipe's, read here, not the manifest's, so that a new weight
-needs no new `mtx prepare`.
+before the batches are made. With `data.temperature` T instead, an epoch keeps the corpora's total size and gives
+each corpus a share ∝ size^(1/T) (`temperature_shares`), repeating a small corpus and subsampling a large one. The
+weights and temperature are the recipe's, read here, not the manifest's, so that new ones need no new
+`mtx prepare`.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ class ValidSet:
     batches: list[np.ndarray]
     sources: list[str]  # the first train.valid_max_sentences source lines, decoded for BLEU
     refs: list[str]  # their references
+    pairs: list[str]  # each source line's language pair (en-de), from its corpus; [] if the corpora share one
 
 
 def check_data_matches_recipe(recipe: Recipe, manifest: dict[str, Any], data_dir: Path) -> None:
-    """Refuse data prepared for another vocabulary, language pair or corpora (their names and tags, which change
-    the source tokens): a model trained on it would not be the recipe's model, and the mismatch would otherwise
-    surface only as a wrong result. The corpora's weights may differ: the trainer applies the recipe's."""
+    """Refuse data prepared for another vocabulary, language pair or corpora (their names and tags, target-language
+    tags included, which change the source tokens): a model trained on it would not be the recipe's model, and the
+    mismatch would otherwise surface only as a wrong result. The corpora's weights may differ: the trainer applies
+    the recipe's."""
     data, bpe = recipe.data, manifest["bpe"]
     differences = []
     if (manifest["src_lang"], manifest["tgt_lang"]) != (data.src_lang, data.tgt_lang):
@@ -60,9 +64,9 @@ def check_data_matches_recipe(recipe: Recipe, manifest: dict[str, Any], data_dir
                            f"{data.bpe.model})")
     elif data.bpe.from_ is not None and _vocabulary_changed(data, manifest):
         differences.append(f"with the tokenizer that data.bpe.from = {data.bpe.from_} held then, and holds no more")
-    wanted = [(corpus.name, corpus.tag) for corpus in data.corpora]
-    prepared = ([(corpus["name"], corpus["tag"]) for corpus in manifest["corpora"]] if "corpora" in manifest
-                else [(wanted[0][0], None)])  # prepared before mtx knew several corpora: one, untagged
+    wanted = [(corpus.name, data.source_prefix(corpus)) for corpus in data.corpora]
+    prepared = ([(corpus["name"], _prefix(corpus)) for corpus in manifest["corpora"]] if "corpora" in manifest
+                else [(wanted[0][0], "")])  # prepared before mtx knew several corpora: one, untagged
     if prepared != wanted:
         differences.append(f"from the corpora {_listed(prepared)} (the recipe has {_listed(wanted)})")
     if differences:
@@ -87,8 +91,14 @@ def _vocabulary(source: str | None) -> str:
     return "a vocabulary learnt on its text" if source is None else f"the vocabulary of data.bpe.from = {source}"
 
 
-def _listed(corpora: list[tuple[str, str | None]]) -> str:
-    return ", ".join(name + (f" tagged {tag}" if tag else "") for name, tag in corpora)
+def _prefix(corpus: dict[str, Any]) -> str:
+    """The tags a prepared corpus' sources start with, each followed by a space: its own tag alone if it was
+    prepared before target-language tags."""
+    return corpus.get("prefix", corpus["tag"] + " " if corpus["tag"] else "")
+
+
+def _listed(corpora: list[tuple[str, str]]) -> str:
+    return ", ".join(name + (f" tagged {prefix.strip()}" if prefix else "") for name, prefix in corpora)
 
 
 def training_batches(recipe: Recipe, manifest: dict[str, Any], split: PairSource, say: Callable[[str], None]
@@ -115,15 +125,23 @@ def training_batches(recipe: Recipe, manifest: dict[str, Any], split: PairSource
         say(f"warning: {pairs - fitting:,} of {pairs:,} training pairs are longer than "
             f"{limit} tokens (the smaller of train.max_tokens and model.max_positions) and are left out. "
             "Run `mtx prepare RECIPE` again to drop them from the data, or raise those limits.")
-    corpora = recipe.data.corpora
-    if all(corpus.weight == 1 for corpus in corpora):
+    corpora, temperature = recipe.data.corpora, recipe.data.temperature
+    if temperature is None and all(corpus.weight == 1 for corpus in corpora):
         return make_batches(split.src_lens, split.tgt_lens, max_tokens, recipe.seed, keep=fits)
-    sizes, weights = _corpus_sizes(manifest), [corpus.weight for corpus in corpora]
-    _check_epoch_size(recipe.data, sizes)
-    index = _weighted_index(sizes, weights)
-    say("an epoch of training pairs, by corpus and weight: " + ", ".join(
-        f"{corpus.name} {size:,} × {corpus.weight}" for corpus, size in zip(corpora, sizes, strict=True))
-        + f" = {len(index):,}")
+    sizes = _corpus_sizes(manifest)
+    if temperature is None:
+        weights = [corpus.weight for corpus in corpora]
+        _check_epoch_size(recipe.data, sizes)
+        index = _weighted_index(sizes, weights)
+        say("an epoch of training pairs, by corpus and weight: " + ", ".join(
+            f"{corpus.name} {size:,} × {corpus.weight}" for corpus, size in zip(corpora, sizes, strict=True))
+            + f" = {len(index):,}")
+    else:
+        shares = temperature_shares(sizes, temperature)
+        index = _sampled_index(sizes, shares, recipe.seed)
+        say(f"an epoch of training pairs, by corpus at temperature {temperature:g}: " + ", ".join(
+            f"{corpus.name} {size:,} → {round(share * len(index)):,} ({share:.1%})"
+            for corpus, size, share in zip(corpora, sizes, shares, strict=True)) + f" = {len(index):,}")
     batches = make_batches(split.src_lens[index], split.tgt_lens[index], max_tokens, recipe.seed, keep=fits[index])
     return [index[batch] for batch in batches]
 
@@ -154,6 +172,32 @@ def _check_epoch_size(data: DataConfig, sizes: list[int]) -> None:
     )
 
 
+def temperature_shares(sizes: list[int], temperature: float) -> list[float]:
+    """Each corpus' share of an epoch under temperature sampling: p_i ∝ (n_i / Σn)^(1/T) (Arivazhagan et al.
+    2019, fairseq's multilingual sampling, NLLB's T = 5). T = 1 keeps the sizes' shares; a larger T moves every
+    share towards 1/k; an empty corpus gets none."""
+    total = sum(sizes)
+    powered = [(size / total) ** (1.0 / temperature) if size else 0.0 for size in sizes]
+    return [p / sum(powered) for p in powered]
+
+
+def _sampled_index(sizes: list[int], shares: list[float], seed: int) -> np.ndarray:
+    """The index of every training pair of an epoch of Σn pairs, each corpus holding its share: its whole range
+    as many times as the share covers it, then the rest drawn without replacement from it (seeded), in corpus
+    order. So a small corpus is repeated and a large one is subsampled, as the shares ask."""
+    starts, total = np.cumsum([0, *sizes[:-1]]), sum(sizes)
+    dtype = np.int32 if total < 2**31 else np.int64
+    rng, parts = np.random.default_rng(seed), []
+    for start, size, share in zip(starts, sizes, shares, strict=True):
+        wanted = round(share * total)
+        if size == 0 or wanted == 0:
+            continue
+        whole, rest = divmod(wanted, size)
+        corpus = np.arange(start, start + size, dtype=dtype)
+        parts += [np.tile(corpus, whole), np.sort(rng.choice(corpus, size=rest, replace=False))]
+    return np.concatenate(parts)
+
+
 def _weighted_index(sizes: list[int], weights: list[int]) -> np.ndarray:
     """The index of every training pair of an epoch, a corpus' range repeated for its weight, in corpus order."""
     starts = np.cumsum([0, *sizes[:-1]])
@@ -177,6 +221,32 @@ def load_valid_set(recipe: Recipe, manifest: dict[str, Any], data_dir: Path) -> 
     usable = pairs_within(split.src_lens, split.tgt_lens, recipe.model.max_positions)
     budget = max(cfg.max_tokens, int(pair_costs(split.src_lens, split.tgt_lens)[usable].max(initial=1)))
     batches = make_batches(split.src_lens, split.tgt_lens, budget, recipe.seed, keep=usable)
-    sources, refs = ((data_dir / f"valid.{lang}").read_text(encoding="utf-8").splitlines()[:cfg.valid_max_sentences]
+    sources, refs = ((data_dir / f"valid.{lang}").read_text(encoding="utf-8").splitlines()
                      for lang in (recipe.data.src_lang, recipe.data.tgt_lang))
-    return ValidSet(split, batches, sources, refs)
+    pairs = valid_pairs(recipe.data, manifest)
+    lines = _first_of_each_pair(pairs or [""] * len(sources), cfg.valid_max_sentences)
+    return ValidSet(split, batches, [sources[i] for i in lines], [refs[i] for i in lines],
+                    [pairs[i] for i in lines] if pairs else [])
+
+
+def _first_of_each_pair(pairs: list[str], most: int | None) -> list[int]:
+    """The lines BLEU decodes: the first `most` of each language pair (all: None), in order."""
+    taken: dict[str, int] = {}
+    lines = []
+    for i, pair in enumerate(pairs):
+        if most is None or taken.get(pair, 0) < most:
+            taken[pair] = taken.get(pair, 0) + 1
+            lines.append(i)
+    return lines
+
+
+def valid_pairs(data: DataConfig, manifest: dict[str, Any]) -> list[str]:
+    """The language pair (en-de) of each valid sentence, in order: the valid split holds the corpora that have one,
+    one after the other (mtx.data.prepare). [] if all the corpora are of one pair: validation then reports it
+    once."""
+    corpora = data.corpora
+    if len({(corpus.src_lang, corpus.tgt_lang) for corpus in corpora}) == 1:
+        return []
+    return [f"{corpus.src_lang}-{corpus.tgt_lang}"
+            for corpus, prepared in zip(corpora, manifest["corpora"], strict=True)
+            for _ in range(prepared["splits"].get("valid", {}).get("pairs", 0))]

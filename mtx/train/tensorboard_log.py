@@ -2,7 +2,8 @@
 
 The scalars are the train and valid lines of metrics.jsonl, against the step: the training loss, nll,
 perplexity, learning rate, gradient norm, throughput and skipped updates, and the valid loss, nll, perplexity,
-BLEU and length ratio. TensorBoard is an optional extra (`pip install 'mtx[tensorboard]'`); a recipe that asks for it
+BLEU and length ratio, and for a model of several language pairs each pair's BLEU and length ratio
+(valid/bleu/en-de). TensorBoard is an optional extra (`pip install 'mtx[tensorboard]'`); a recipe that asks for it
 without the package is refused as the run starts, not at its first log line hours later.
 
 A resumed run logs again the steps after its checkpoint. metrics.jsonl drops its lines of those steps; the
@@ -40,6 +41,9 @@ class TensorBoardLog:
         """The scalars of one metrics.jsonl event at its step (train/loss, valid/bleu, ...); others have none."""
         for field in SCALARS.get(event["event"], ()):
             self.writer.add_scalar(f"{event['event']}/{field.removeprefix('valid_')}", event[field], event["step"])
+        for pair, scores in event.get("valid_pairs", {}).items():  # a model of several pairs: valid/bleu/en-de
+            for name, value in scores.items():
+                self.writer.add_scalar(f"valid/{name}/{pair}", value, event["step"])
 
     def close(self) -> None:
         """Flush what is buffered to the file and close it."""

@@ -236,16 +236,20 @@ class Trainer:
             scores = parts.validator.run()
         if scores is None:
             return StopReason.SIGNAL
-        loss, nll, bleu, ratio = scores
+        bleu = scores.bleu
         if improves(bleu, state.best_bleu):
             state.best_bleu, state.bad_validations = bleu, 0
             self._check_lock()
             parts.keeper.save_best(state.step)
         else:
             state.bad_validations += 1
-        valid = {"event": "valid", "step": state.step, "valid_loss": loss, "valid_nll": nll,
-                 "valid_ppl": math.exp(min(nll, 100.0)), "valid_bleu": bleu, "valid_length_ratio": ratio,
-                 "best_bleu": state.best_bleu, "tokens": state.tokens, **parts.log.timing(self._elapsed())}
+        valid = {"event": "valid", "step": state.step, "valid_loss": scores.loss, "valid_nll": scores.nll,
+                 "valid_ppl": math.exp(min(scores.nll, 100.0)), "valid_bleu": bleu,
+                 "valid_length_ratio": scores.length_ratio, "best_bleu": state.best_bleu, "tokens": state.tokens,
+                 **parts.log.timing(self._elapsed())}
+        if scores.pairs:  # a model of several language pairs: each one's BLEU and length ratio
+            valid["valid_pairs"] = {pair: {"bleu": pair_bleu, "length_ratio": pair_ratio}
+                                    for pair, (pair_bleu, pair_ratio) in scores.pairs.items()}
         parts.log.record(valid)
         for milestone in milestones_reached(self.cfg.bleu_milestones, state.milestones, valid):
             state.milestones.append(milestone)

@@ -27,17 +27,20 @@ from mtx.train.run_data import ValidSet
 
 VALID_CHUNK = 200  # valid sentences decoded between two looks at `stop_requested`
 
-ValidBleu = Callable[[], "tuple[float, float] | None"]  # BLEU and length ratio; None: a stop signal cut it short
+# BLEU and length ratio, and (optionally) each language pair's; None: a stop signal cut it short
+ValidBleu = Callable[[], "tuple[float, float] | tuple[float, float, dict[str, tuple[float, float]]] | None"]
 
 
 class ValidScores(NamedTuple):
     """One validation: per-token loss and nll, and the valid decode's BLEU and length ratio (output tokens ÷
-    reference tokens, as sacreBLEU counts them: below 1, outputs run short)."""
+    reference tokens, as sacreBLEU counts them: below 1, outputs run short); for a model of several language
+    pairs, each pair's BLEU and length ratio too, by pair (en-de)."""
 
     loss: float
     nll: float
     bleu: float
     length_ratio: float
+    pairs: dict[str, tuple[float, float]] = {}  # noqa: RUF012 (a NamedTuple's default, never mutated)
 
 
 class Validator:
@@ -80,10 +83,10 @@ class Validator:
         loss_sum, nll_sum, n_tokens, signalled = distributed.all_reduce_sum(torch.cat([sums.cpu(), stopped])).tolist()
         return None if signalled else (loss_sum / n_tokens, nll_sum / n_tokens)
 
-    def decoded_bleu(self) -> tuple[float, float] | None:
-        """BLEU and length ratio of decoding the valid sources, scored as `mtx score` does; each rank decodes
-        every world-th, `VALID_CHUNK` at a time between looks at the stop signals. None if a rank was signalled
-        to stop."""
+    def decoded_bleu(self) -> tuple[float, float, dict[str, tuple[float, float]]] | None:
+        """BLEU and length ratio of decoding the valid sources, scored as `mtx score` does, overall and for each
+        language pair of a model of several (`ValidSet.pairs`); each rank decodes every world-th, `VALID_CHUNK`
+        at a time between looks at the stop signals. None if a rank was signalled to stop."""
         from mtx.decode.translator import translate_sentences
         from mtx.score.metrics import corpus_bleu_and_ratio
 
@@ -99,5 +102,9 @@ class Validator:
         shards = distributed.all_gather_objects((hyps, self.stop_requested()))
         if any(stopped for _, stopped in shards):
             return None
-        return corpus_bleu_and_ratio([shards[i % world][0][i // world] for i in range(len(self.valid.sources))],
-                                     self.valid.refs)
+        hyps, refs = [shards[i % world][0][i // world] for i in range(len(self.valid.sources))], self.valid.refs
+        by_pair = {}
+        for pair in dict.fromkeys(self.valid.pairs):
+            lines = [i for i, each in enumerate(self.valid.pairs) if each == pair]
+            by_pair[pair] = corpus_bleu_and_ratio([hyps[i] for i in lines], [refs[i] for i in lines])
+        return (*corpus_bleu_and_ratio(hyps, refs), by_pair)

@@ -142,6 +142,8 @@ def test_the_tokenizer_reads_a_leading_tag_only() -> None:
     assert tokenizer.tags == ["<bt>", "<num>"] and tokenizer.special_tokens[num] == "<num>"
     assert tokenizer.encode("<bt> the dog") == [bt, *tokenizer.encode("the dog")]
     assert tokenizer.encode("<num>") == [num]
+    assert tokenizer.encode("<num> <bt> the dog") == [num, bt, *tokenizer.encode("the dog")]  # leading tags, each
+    assert tokenizer.encode("<num> the <bt> dog")[:1] == [num] and bt not in tokenizer.encode("<num> the <bt> dog")
     assert bt not in tokenizer.encode("the <bt> dog") and bt not in tokenizer.encode("<bt>dog")  # text there
     assert tokenizer.decode(tokenizer.encode("<bt> the dog")) == "the dog"
     assert tokenizer.decode(tokenizer.encode("the <bt> dog")) == "the <bt> dog"

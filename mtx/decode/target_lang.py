@@ -1,0 +1,49 @@
+"""Which language a model of several target languages translates into: a tag before the source says it.
+
+A model trained with `data.target_tag` (e.g. `<2{lang}>`) saw every source sentence start with the tag of its
+pair's target language (`<2de>`, `<2fr>`), as in Johnson et al. 2017's multilingual NMT, fairseq's multilingual
+tasks and NLLB; it learnt to produce the language the tag names. So choosing the target language is putting its
+tag first: `mtx translate --target-lang`, `mtx serve`'s `target_lang` field and the recipe's `decode.target_lang`
+do it for every sentence, and a sentence that starts with a target tag of the model already keeps its own, so one
+input can mix directions. The tags are the vocabulary's special tokens (mtx.tokenizer), one id each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TargetLanguages:
+    """The target languages a model translates into, and the tag of each where it has several."""
+
+    tags: dict[str, str]  # each target language's tag (data.target_tags); empty for a model of one
+    default: str  # data.tgt_lang: the one target language of a model without tags
+
+    @classmethod
+    def of_checkpoint(cls, checkpoint: dict[str, Any]) -> TargetLanguages:
+        """The target languages of a checkpoint's stored recipe (`data:`). A recipe from before data.target_tag
+        existed has one, its tgt_lang."""
+        from mtx.config.loading import recipe_from_dict  # here: recipes load only for a model of several
+
+        data = (checkpoint.get("recipe") or {}).get("data") or {}
+        if data.get("target_tag") is None:
+            return cls({}, data.get("tgt_lang", "de"))
+        config = recipe_from_dict(checkpoint["recipe"]).data
+        return cls(config.target_tags, config.tgt_lang)
+
+    @property
+    def languages(self) -> list[str]:
+        """What decode.target_lang may name (DecodeConfig.first_problem holds it to them)."""
+        return list(self.tags) or [self.default]
+
+    def tagged(self, texts: Sequence[str], lang: str | None) -> list[str]:
+        """The normalised `texts` as the model reads them for `lang`: its tag first, unless a text starts with a
+        target tag of its own (or is empty, or the model has one target language, or `lang` is None)."""
+        tag = self.tags.get(lang) if lang is not None else None
+        if tag is None:
+            return list(texts)
+        own = set(self.tags.values())
+        return [text if not text or text.partition(" ")[0] in own else f"{tag} {text}" for text in texts]
