@@ -6,6 +6,9 @@ alone. One JSON line per run on stdout: pairs, workers, seconds, pairs_per_secon
 memory of the main process and of the largest worker.
 
     OMP_WAIT_POLICY=PASSIVE python bench/prepare.py --pairs 1000000 --workers 1 2
+    OMP_WAIT_POLICY=PASSIVE python bench/prepare.py --pairs 2000000 --workers 2 --language-id both
+
+--language-id on adds data.filter.language_id (py3langid, mtx[langid]); both prepares once without, once with.
 """
 
 from __future__ import annotations
@@ -43,18 +46,18 @@ def write_corpus(folder: Path, pairs: int, seed: int = 0) -> tuple[Path, Path]:
     return source, target
 
 
-def run_once(folder: Path, workers: int) -> dict:
+def run_once(folder: Path, workers: int, language_id: bool) -> dict:
     """Prepare the corpus in `folder` in this process and report time and peak memory."""
     from mtx.config.loading import load_recipe
     from mtx.data.prepare import prepare
 
     recipe = {
         "name": "bench",
-        "run_dir": str(folder / f"run-{workers}"),
+        "run_dir": str(folder / f"run-{workers}-{language_id}"),
         "data": {"source": {"files": {"train": [str(folder / "train.src"), str(folder / "train.tgt")]}},
-                 "bpe": {"vocab_size": 32000}},
+                 "bpe": {"vocab_size": 32000}, "filter": {"language_id": language_id}},
     }
-    path = folder / f"recipe-{workers}.yaml"
+    path = folder / f"recipe-{workers}-{language_id}.yaml"
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
     started = time.perf_counter()
     manifest = prepare(load_recipe(path), workers=workers)
@@ -64,6 +67,8 @@ def run_once(folder: Path, workers: int) -> dict:
         "pairs": pairs,
         "kept": manifest["filter"]["kept"],
         "workers": workers,
+        "language_id": language_id,
+        "dropped_language": manifest["filter"]["dropped"]["language"],
         "seconds": round(seconds, 1),
         "pairs_per_second": round(pairs / seconds),
         "peak_rss_mb_main": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
@@ -76,19 +81,22 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1_000_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--folder", type=Path, help="reuse or keep the corpus here (default: a temp dir)")
+    parser.add_argument("--language-id", choices=["off", "on", "both"], default="off")
     parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)  # one run, in this process
     args = parser.parse_args()
     if args.once:
-        print(json.dumps(run_once(args.folder, args.workers[0])), flush=True)
+        print(json.dumps(run_once(args.folder, args.workers[0], args.language_id == "on")), flush=True)
         return
+    settings = ["off", "on"] if args.language_id == "both" else [args.language_id]
     with tempfile.TemporaryDirectory() as temp:
         folder = args.folder or Path(temp)
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "train.src").is_file():
             write_corpus(folder, args.pairs)
         for workers in args.workers:
-            subprocess.run([sys.executable, __file__, "--once", "--folder", str(folder), "--workers", str(workers)],
-                           check=True)
+            for setting in settings:
+                subprocess.run([sys.executable, __file__, "--once", "--folder", str(folder), "--workers", str(workers),
+                                "--language-id", setting], check=True)
 
 
 if __name__ == "__main__":
