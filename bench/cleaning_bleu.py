@@ -28,9 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cleaning import SUGGESTED, inject, read
-from multilingual import SAVE_EVERY, averaged_run, mtx
-
-from mtx.score.metrics import score
+from multilingual import SAVE_EVERY, averaged_run, paired_p, translated
 
 RUNS = ("clean", "noisy", "cleaned")
 
@@ -74,15 +72,11 @@ def measured(name: str, args: argparse.Namespace, files: dict[str, list[str]]) -
         return json.loads(result_file.read_text())
     src, tgt = args.pair.split("-")
     averaged = averaged_run(run, recipe(name, run, files["clean" if name == "clean" else "noisy"], args), args.steps)
-    hypothesis = run / f"test.{tgt}"
-    mtx("translate", "-m", str(averaged), "-i", str(args.corpus / args.pair / f"test.{src}"), "-o", str(hypothesis),
-        "--threads", "1", "--batch-tokens", "8192")
-    references = (args.corpus / args.pair / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
-    scored = score(hypothesis.read_text(encoding="utf-8").splitlines(), [references], ("bleu", "chrf"))
+    scores = translated(averaged, args.corpus / args.pair / f"test.{src}", args.corpus / args.pair / f"test.{tgt}",
+                        run / f"test.{tgt}")
     manifest = json.loads((run / "data" / "manifest.json").read_text())
     result = {"name": "cleaning_bleu.run", "run": name, "pair": args.pair, "seed": args.seed, "steps": args.steps,
-              "train_pairs": manifest["splits"]["train"]["pairs"], "dropped": manifest["filter"]["dropped"],
-              "bleu": round(scored["bleu"], 2), "chrf": round(scored["chrf"], 2), "ratio": round(scored["ratio"], 3)}
+              "train_pairs": manifest["splits"]["train"]["pairs"], "dropped": manifest["filter"]["dropped"], **scores}
     result_file.write_text(json.dumps(result))
     return result
 
@@ -105,14 +99,12 @@ def main() -> None:
     for result in results:
         print(json.dumps(result), flush=True)
     tgt = args.pair.split("-")[1]
-    refs = (args.corpus / args.pair / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
-    base = (args.out / f"noisy-seed{args.seed}" / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
     lines = ["| training data | pairs trained on | BLEU | chrF | length ratio | p against noisy |",
              "|---|---|---|---|---|---|"]
     for result in results:
-        mine = (args.out / f"{result['run']}-seed{args.seed}" / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
-        p = "" if result["run"] == "noisy" else \
-            f"{score(mine, [refs], ('bleu',), baseline=base)['baseline']['p_value']['bleu']:.3f}"
+        p = "" if result["run"] == "noisy" else paired_p(args.out / f"{result['run']}-seed{args.seed}" / f"test.{tgt}",
+                                                          args.out / f"noisy-seed{args.seed}" / f"test.{tgt}",
+                                                          args.corpus / args.pair / f"test.{tgt}")
         lines.append(f"| {result['run']} | {result['train_pairs']:,} | {result['bleu']:.2f} | {result['chrf']:.2f} | "
                      f"{result['ratio']:.3f} | {p} |")
     (args.out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

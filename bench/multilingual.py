@@ -63,8 +63,8 @@ def corpus_files(corpus: Path, out: Path, pair: str) -> dict[str, list[str]]:
     for lang in (src, tgt):
         kept = short / f"{pair}.{lang}"
         if not kept.exists():
-            lines = (corpus / pair / f"valid.{lang}").read_text(encoding="utf-8").splitlines()[:VALID_LINES]
-            kept.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            kept.write_text("".join(line + "\n" for line in lines(corpus / pair / f"valid.{lang}")[:VALID_LINES]),
+                            encoding="utf-8")
     return {"train": [str(corpus / pair / f"train.{lang}") for lang in (src, tgt)],
             "valid": [str(short / f"{pair}.{lang}") for lang in (src, tgt)],
             "test": [str(corpus / pair / f"test.{lang}") for lang in (src, tgt)]}
@@ -111,6 +111,25 @@ def averaged_run(run: Path, recipe: dict[str, Any], steps: int) -> Path:
     return averaged
 
 
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def translated(checkpoint: Path, source: Path, reference: Path, hypothesis: Path, *flags: str) -> dict[str, float]:
+    """`source` translated by `checkpoint` into `hypothesis` (beam 4, the recipe's decoding), scored against
+    `reference`: BLEU, chrF and the length ratio, rounded as the tables show them."""
+    mtx("translate", "-m", str(checkpoint), "-i", str(source), "-o", str(hypothesis), "--threads", "1",
+        "--batch-tokens", "8192", *flags)
+    scored = score(lines(hypothesis), [lines(reference)], ("bleu", "chrf"))
+    return {"bleu": round(scored["bleu"], 2), "chrf": round(scored["chrf"], 2), "ratio": round(scored["ratio"], 3)}
+
+
+def paired_p(hypothesis: Path, baseline: Path, reference: Path) -> str:
+    """sacreBLEU's paired bootstrap p of `hypothesis`'s BLEU against `baseline`'s, as the tables show it."""
+    scored = score(lines(hypothesis), [lines(reference)], ("bleu",), baseline=lines(baseline))
+    return f"{scored['baseline']['p_value']['bleu']:.3f}"
+
+
 def measured(name: str, pair: str, args: argparse.Namespace, seed: int, checkpoint: Path) -> dict[str, Any]:
     """One model's translation of one pair's test set, scored; kept in a file."""
     run = checkpoint.parent
@@ -118,14 +137,10 @@ def measured(name: str, pair: str, args: argparse.Namespace, seed: int, checkpoi
     if result_file.exists():
         return json.loads(result_file.read_text())
     src, tgt = pair.split("-")
-    hypothesis = run / f"test-{pair}.{tgt}"
     chosen = ["--target-lang", tgt] if name == "multi" else []
-    mtx("translate", "-m", str(checkpoint), "-i", str(args.corpus / pair / f"test.{src}"), "-o", str(hypothesis),
-        "--threads", "1", "--batch-tokens", "8192", *chosen)
-    references = (args.corpus / pair / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
-    scored = score(hypothesis.read_text(encoding="utf-8").splitlines(), [references], ("bleu", "chrf"))
-    result = {"name": "multilingual.run", "model": name, "pair": pair, "seed": seed, "steps": args.steps,
-              "bleu": round(scored["bleu"], 2), "chrf": round(scored["chrf"], 2), "ratio": round(scored["ratio"], 3),
+    scores = translated(checkpoint, args.corpus / pair / f"test.{src}", args.corpus / pair / f"test.{tgt}",
+                        run / f"test-{pair}.{tgt}", *chosen)
+    result = {"name": "multilingual.run", "model": name, "pair": pair, "seed": seed, "steps": args.steps, **scores,
               "train_seconds": round(json.loads((run / "train-seconds.json").read_text()), 1)}
     result_file.write_text(json.dumps(result))
     return result
@@ -143,21 +158,19 @@ def lane(names: list[str], args: argparse.Namespace, seed: int) -> list[dict[str
 
 def table(args: argparse.Namespace, results: list[dict[str, Any]]) -> str:
     """Each pair's bilingual and multilingual rows, with the bootstrap p of the multilingual against the other."""
-    lines = ["| pair | model | updates | BLEU | chrF | length ratio | p |", "|---|---|---|---|---|---|---|"]
+    rows = ["| pair | model | updates | BLEU | chrF | length ratio | p |", "|---|---|---|---|---|---|---|"]
     for result in sorted(results, key=lambda r: (r["pair"], r["model"] == "multi", r["seed"])):
         pair, seed = result["pair"], result["seed"]
         tgt = pair.split("-")[1]
         p = ""
         if result["model"] == "multi":
-            mine = (args.out / f"multi-seed{seed}" / f"test-{pair}.{tgt}").read_text(encoding="utf-8").splitlines()
-            base = (args.out / f"{pair}-seed{seed}" / f"test-{pair}.{tgt}").read_text(encoding="utf-8").splitlines()
-            refs = (args.corpus / pair / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
-            p = f"{score(mine, [refs], ('bleu',), baseline=base)['baseline']['p_value']['bleu']:.3f}"
+            p = paired_p(args.out / f"multi-seed{seed}" / f"test-{pair}.{tgt}",
+                         args.out / f"{pair}-seed{seed}" / f"test-{pair}.{tgt}", args.corpus / pair / f"test.{tgt}")
         updates = args.steps * (len(PAIRS) if result["model"] == "multi" else 1)
         model = "en→{de, fr}" if result["model"] == "multi" else pair.replace("-", "→")
-        lines.append(f"| {pair} | {model} (seed {seed}) | {updates:,} | {result['bleu']:.2f} | {result['chrf']:.2f} "
+        rows.append(f"| {pair} | {model} (seed {seed}) | {updates:,} | {result['bleu']:.2f} | {result['chrf']:.2f} "
                      f"| {result['ratio']:.3f} | {p} |")
-    return "\n".join(lines)
+    return "\n".join(rows)
 
 
 def main() -> None:

@@ -332,11 +332,16 @@ class DataConfig:
         return "data.source" if self.sources is None else f"data.sources[{index}]"
 
     @property
+    def target_languages(self) -> list[str]:
+        """The languages the corpora translate into, in recipe order: what decode.target_lang may name."""
+        return list(dict.fromkeys(corpus.tgt_lang for corpus in self.corpora))
+
+    @property
     def target_tags(self) -> dict[str, str]:
         """Each target language of the corpora, in recipe order, with its tag; empty without data.target_tag."""
         if self.target_tag is None:
             return {}
-        return {corpus.tgt_lang: self.target_tag.replace("{lang}", corpus.tgt_lang) for corpus in self.corpora}
+        return {lang: self.target_tag.replace("{lang}", lang) for lang in self.target_languages}
 
     def source_prefix(self, corpus: CorpusConfig) -> str:
         """What starts each source sentence of a corpus of `corpora`: its target-language tag, then its own tag,
@@ -389,7 +394,7 @@ class DataConfig:
             if corpus.src_lang == corpus.tgt_lang:
                 check(False, f"{self.corpus_key(i)}.tgt_lang", corpus.tgt_lang,
                       f"must differ from the corpus' source language ({corpus.src_lang})")
-        targets = list(dict.fromkeys(corpus.tgt_lang for corpus in corpora))
+        targets = self.target_languages
         if self.target_tag is None:
             if len(targets) > 1:
                 raise ConfigError(

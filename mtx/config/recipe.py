@@ -47,8 +47,8 @@ class Recipe:
         check(self.train.bpe_dropout == 0 or self.data.bpe.from_ is not None or self.data.bpe.model == "bpe",
                "train.bpe_dropout", self.train.bpe_dropout,
                "needs a BPE vocabulary, and data.bpe.model is unigram: drop merges of a BPE, or set it to 0")
-        languages = list(self.data.target_tags) or [self.data.tgt_lang]  # the languages the model will produce
-        problem = self.decode.first_problem(lambda name: f"decode.{name}", " = ", target_languages=languages)
+        problem = self.decode.first_problem(lambda name: f"decode.{name}", " = ",
+                                            target_languages=self.data.target_languages)
         if problem is not None:
             raise ConfigError(problem[1])
 

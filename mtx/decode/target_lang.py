@@ -20,7 +20,7 @@ class TargetLanguages:
     """The target languages a model translates into, and the tag of each where it has several."""
 
     tags: dict[str, str]  # each target language's tag (data.target_tags); empty for a model of one
-    default: str  # data.tgt_lang: the one target language of a model without tags
+    languages: list[str]  # data.target_languages: what decode.target_lang may name (DecodeConfig.first_problem)
 
     @classmethod
     def of_checkpoint(cls, checkpoint: dict[str, Any]) -> TargetLanguages:
@@ -30,14 +30,9 @@ class TargetLanguages:
 
         data = (checkpoint.get("recipe") or {}).get("data") or {}
         if data.get("target_tag") is None:
-            return cls({}, data.get("tgt_lang", "de"))
+            return cls({}, [data.get("tgt_lang", "de")])
         config = recipe_from_dict(checkpoint["recipe"]).data
-        return cls(config.target_tags, config.tgt_lang)
-
-    @property
-    def languages(self) -> list[str]:
-        """What decode.target_lang may name (DecodeConfig.first_problem holds it to them)."""
-        return list(self.tags) or [self.default]
+        return cls(config.target_tags, config.target_languages)
 
     def tagged(self, texts: Sequence[str], lang: str | None) -> list[str]:
         """The normalised `texts` as the model reads them for `lang`: its tag first, unless a text starts with a

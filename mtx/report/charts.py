@@ -50,7 +50,7 @@ CURVES = (Curve("Train loss", "train", "loss"), Curve("Valid loss", "valid", "va
 
 def pair_curves(runs: Sequence[Run]) -> list[Curve]:
     """A valid BLEU curve per language pair that a run of a model of several pairs validated."""
-    pairs = dict.fromkeys(pair for run in runs for line in run.valid for pair in line.get("valid_pairs", {}))
+    pairs = dict.fromkeys(pair for run in runs for pair in run.pairs)
     return [Curve(f"Valid BLEU, {pair}", "valid", "bleu", pair) for pair in pairs]
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mtx.files import atomic_write_text
-from mtx.report.charts import Chart
+from mtx.report.charts import Chart, pair_curves
 from mtx.report.run_folder import Run
 from mtx.report.summary import (
     NOT_RECORDED,
@@ -224,15 +224,15 @@ def shown(value: Any) -> str:
 def validations_section(runs: Sequence[Run]) -> str:
     text = "<h2>Validations</h2>\n"
     for n, run in enumerate(runs):
-        pairs = list(dict.fromkeys(pair for line in run.valid for pair in line.get("valid_pairs", {})))
+        pairs = pair_curves([run])  # a model of several language pairs: a BLEU column each
         rows = [[f"{line['step']:,}", duration(line.get("seconds")), number(line.get("valid_loss"), 4),
                  number(line.get("valid_ppl"), 3), number(line.get("valid_bleu"), 2),
                  number(line.get("valid_length_ratio"), 3), count(line.get("tokens")),
-                 *(number(line.get("valid_pairs", {}).get(pair, {}).get("bleu"), 2) for pair in pairs)]
+                 *(number(curve.value(line), 2) for curve in pairs)]
                 for line in run.valid]
         text += (f"<details><summary>{html.escape(run.label)}: {len(rows)} validations</summary>\n"
                  + table(f"valid-{n}", ["step", "training time", "valid loss", "valid ppl",
                                         "valid BLEU", "length ratio", "target tokens",
-                                        *(f"BLEU {pair}" for pair in pairs)], rows)
+                                        *(f"BLEU {curve.pair}" for curve in pairs)], rows)
                  + "</details>\n")
     return text

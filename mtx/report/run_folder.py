@@ -55,6 +55,11 @@ class Run:
         return str(self.folder)
 
     @property
+    def pairs(self) -> list[str]:
+        """The language pairs its validations scored one by one (a model of several: `valid_pairs`), in order."""
+        return list(dict.fromkeys(pair for line in self.valid for pair in line.get("valid_pairs", {})))
+
+    @property
     def logs_clock(self) -> bool:
         """Whether its train and valid lines carry the training clock (`seconds`), as those of mtx since it did."""
         return any("seconds" in line for line in self.train + self.valid)
