@@ -90,7 +90,8 @@ def check_greedy_tokens(path: Path, model: torch.nn.Module, tokenizer, sources: 
     exported = Tokenizer.from_file(str(folder / "tokenizer.json"))
     exported.encode_special_tokens = True
     results = ctranslate2.Translator(str(folder), device="cpu").translate_batch(
-        [encoding.tokens for encoding in exported.encode_batch(sources)], beam_size=1, max_decoding_length=201,
+        [encoding.tokens for encoding in exported.encode_batch(sources)], beam_size=1,
+        max_decoding_length=greedy.max_len_b,  # tokens before EOS, as mtx's cap: a sentence that loops stops at both
         suppress_sequences=[["<pad>"], ["<s>"]])
     found = {"ct2.fp32": [[exported.token_to_id(t) for t in r.hypotheses[0]] for r in results]}
     if not peers_missing("transformers", "safetensors"):

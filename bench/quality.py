@@ -14,7 +14,7 @@ its last checkpoint with the paper's length penalty.
   update, the average of the last `AVERAGED` checkpoints up to it (the paper's §6.1), and the moving average of
   the weights (train.ema_decay: every run keeps one; it never changes the training, so "EMA off" is the same
   run's own weights); every way with the paper's length penalty (GNMT's, α 0.6), and the defaults' row also
-  with α 1.0 and with fairseq's len^α (on the average).
+  with GNMT's α 1.0 and fairseq's len^α at α 0.6, 1.0 (mtx's default), 1.5 and 2.0 (on the average).
 - Tokens per training sentence of each vocabulary, on each side (from the data manifests).
 - Sizes (`SIZES`): `cpu` fits these 2-core machines (a few hours for the whole grid, two runs at a time, one
   thread each); `gpu` is for one H200 (`--device cuda`), several runs at a time on the one GPU.
@@ -51,6 +51,7 @@ from typing import Any
 import torch
 import yaml
 
+from mtx.config.decode import DecodeConfig
 from mtx.score.metrics import score
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +95,8 @@ class Way:
 WAYS = (
     Way("last"), Way("average"), Way("ema"),
     *(Way("average", style, alpha, rows=("defaults",)) for style, alpha in (("gnmt", 1.0), ("fairseq", 0.6),
-                                                                              ("fairseq", 1.0))),
+                                                                              ("fairseq", 1.0), ("fairseq", 1.5),
+                                                                              ("fairseq", 2.0))),
 )
 
 
@@ -409,19 +411,23 @@ def spread(values: list[float], digits: int) -> str:
     return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-BASELINE_WAY = WAYS[0].name  # mtx translate's defaults on the budget's last checkpoint
+BASELINE_WAY = WAYS[0].name  # the budget's last checkpoint, with the paper's length penalty
+DEFAULT_PENALTY = "{0.lenpen_style}-{0.lenpen:g}".format(DecodeConfig())  # what mtx translate divides by
 
 
 def baseline_of(row: str, way: str) -> tuple[str, str] | None:
     """What a line is tested against, so that each test changes one thing: another row, against the defaults'
-    row translated the same way; the defaults' row with another length penalty, against the same weights with
-    the paper's; other weights, against the last checkpoint's (both with the paper's penalty)."""
+    row translated the same way; the defaults' row with mtx's default length penalty, against the same weights
+    with the paper's, and with any other penalty, against the same weights with mtx's default; other weights,
+    against the last checkpoint's (both with the paper's penalty)."""
     if row != "defaults":
         return "defaults", way
     weights, penalty = way.split("/")
     paper = BASELINE_WAY.split("/")[1]
-    if penalty != paper:
+    if penalty == DEFAULT_PENALTY and penalty != paper:
         return "defaults", f"{weights}/{paper}"
+    if penalty != paper:
+        return "defaults", f"{weights}/{DEFAULT_PENALTY}"
     return None if way == BASELINE_WAY else ("defaults", BASELINE_WAY)
 
 

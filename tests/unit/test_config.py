@@ -20,7 +20,7 @@ from mtx.config.model import ModelConfig, resolve_model
 from mtx.errors import MtxError
 
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
-EXAMPLE_RECIPES = sorted((ROOT / "examples").glob("*/*.yaml"))
+EXAMPLE_RECIPES = sorted((ROOT / "examples").rglob("*.yaml"))
 GOOD = """\
 name: t
 data:
@@ -47,10 +47,10 @@ def test_every_shipped_recipe_validates(recipe: Path) -> None:
     assert loaded.name and loaded.model.d_model
 
 
-@pytest.mark.parametrize("recipe", EXAMPLE_RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("recipe", EXAMPLE_RECIPES, ids=lambda p: str(p.relative_to(ROOT / "examples")))
 def test_every_example_recipe_validates(recipe: Path) -> None:
-    """The walkthroughs' recipes (examples/*/), which only their run.sh scripts run: a key renamed or a bound
-    tightened in the code fails here rather than in a user's hour-long run."""
+    """The walkthroughs' recipes (examples/, at any depth), which only their run.sh scripts run: a key renamed or a
+    bound tightened in the code fails here rather than in a user's hour-long run."""
     assert load_recipe(recipe).name
 
 
