@@ -39,10 +39,10 @@ train() {  # train RECIPE RUN [--set ...]: prepare, train and average one recipe
 train teacher $run-teacher1 >&2
 train teacher $run-teacher2 --set name=$run-teacher2 --set seed=2 >&2
 teachers=(-m runs/$run-teacher1/average.pt -m runs/$run-teacher2/average.pt)
-# The costly step at scale: on a real corpus, shard it over processes or GPUs (--shard K/N, resumable).
-[ -s "$corpus/train.distilled.de.jsonl" ] ||
-  "$mtx" translate "${teachers[@]}" "${search[@]}" -i "$corpus/train.en" -o "$corpus/train.distilled.de.jsonl" \
-    --format jsonl >&2
+# The costly step at scale: shard it over processes or GPUs (--shard K/N). One shard of one here, which makes it
+# resumable: an interrupted run goes on from its last complete line, a finished one is skipped.
+"$mtx" translate "${teachers[@]}" "${search[@]}" -i "$corpus/train.en" -o "$corpus/train.distilled.de.jsonl" \
+  --format jsonl --shard 1/1 >&2
 train student_original $run-student-original >&2
 train student_distilled $run-student-distilled >&2
 
