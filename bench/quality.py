@@ -88,8 +88,12 @@ class Way:
     rows: tuple[str, ...] | None = None  # the rows it is measured on; None: all
 
     @property
+    def penalty(self) -> str:
+        return f"{self.lenpen_style}-{self.lenpen:g}"
+
+    @property
     def name(self) -> str:
-        return f"{self.weights}/{self.lenpen_style}-{self.lenpen:g}"
+        return f"{self.weights}/{self.penalty}"
 
 
 WAYS = (
@@ -412,7 +416,7 @@ def spread(values: list[float], digits: int) -> str:
 
 
 BASELINE_WAY = WAYS[0].name  # the budget's last checkpoint, with the paper's length penalty
-DEFAULT_PENALTY = "{0.lenpen_style}-{0.lenpen:g}".format(DecodeConfig())  # what mtx translate divides by
+DEFAULT_PENALTY = Way("last", DecodeConfig().lenpen_style, DecodeConfig().lenpen).penalty  # mtx translate's
 
 
 def baseline_of(row: str, way: str) -> tuple[str, str] | None:
@@ -423,11 +427,9 @@ def baseline_of(row: str, way: str) -> tuple[str, str] | None:
     if row != "defaults":
         return "defaults", way
     weights, penalty = way.split("/")
-    paper = BASELINE_WAY.split("/")[1]
-    if penalty == DEFAULT_PENALTY and penalty != paper:
-        return "defaults", f"{weights}/{paper}"
+    paper = WAYS[0].penalty
     if penalty != paper:
-        return "defaults", f"{weights}/{DEFAULT_PENALTY}"
+        return "defaults", f"{weights}/{paper if penalty == DEFAULT_PENALTY else DEFAULT_PENALTY}"
     return None if way == BASELINE_WAY else ("defaults", BASELINE_WAY)
 
 

@@ -46,7 +46,8 @@ teachers=(-m runs/$run-teacher1/average.pt -m runs/$run-teacher2/average.pt)
 train student_original $run-student-original >&2
 train student_distilled $run-student-distilled >&2
 
-speed() {  # speed BEAM THREADS MODEL-FLAGS...: the sentences/s mtx translate reports on the test sources
+speed() {  # speed BEAM THREADS MODEL-FLAGS...: the sentences/s mtx translate reports on the test sources (its
+  # --beam comes after the search's, and the last one given counts)
   local beam=$1 threads=$2
   shift 2
   "$mtx" translate "$@" "${search[@]}" -i "$corpus/test.en" -o /dev/null --beam "$beam" --threads "$threads" 2>&1 >/dev/null |
