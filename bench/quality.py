@@ -14,7 +14,8 @@ its last checkpoint with the paper's length penalty.
   update, the average of the last `AVERAGED` checkpoints up to it (the paper's §6.1), and the moving average of
   the weights (train.ema_decay: every run keeps one; it never changes the training, so "EMA off" is the same
   run's own weights); every way with the paper's length penalty (GNMT's, α 0.6), and the defaults' row also
-  with GNMT's α 1.0 and fairseq's len^α at α 0.6, 1.0 (mtx's default), 1.5 and 2.0 (on the average).
+  with GNMT's α 1.0 and fairseq's len^α at α 0.6, 1.0 (mtx's default), 1.5 and 2.0, and at the α that
+  `mtx average --tune-lenpen` chooses for the run on its valid split (on the average).
 - Tokens per training sentence of each vocabulary, on each side (from the data manifests).
 - Sizes (`SIZES`): `cpu` fits these 2-core machines (a few hours for the whole grid, two runs at a time, one
   thread each); `gpu` is for one H200 (`--device cuda`), several runs at a time on the one GPU.
@@ -27,6 +28,8 @@ A grid outlives the machine it ran on: each result (its JSON line and its transl
 tests read) is also copied into --record, a folder of the repository (bench/results/quality-<size>), and a
 grid started where --out lacks them takes them from there. A run whose every result is recorded is not trained
 again, so a CPU grid of several hours grows session by session, and its table is rebuilt from the repository.
+Each result also records which training it came from (a hash of the budget's weights): a run trained again
+beside recorded results would otherwise have its new results tested against the old ones as if one run's.
 
     nice .venv/bin/python bench/quality.py --size cpu --out runs/quality           # both pairs, 3 seeds
     .venv/bin/python bench/quality.py --size cpu --out runs/quality --summary-only  # the table of what is done
@@ -36,6 +39,7 @@ again, so a CPU grid of several hours grows session by session, and its table is
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -80,16 +84,18 @@ ROWS = (
 
 @dataclass(frozen=True)
 class Way:
-    """How a trained run is translated: which weights, and with which length penalty."""
+    """How a trained run is translated: which weights, and with which length penalty: α as given, or, `tuned`,
+    as `mtx average --tune-lenpen` chooses it on the run's valid split."""
 
     weights: str  # "last", "average" or "ema"
     lenpen_style: str = "gnmt"
     lenpen: float = 0.6
     rows: tuple[str, ...] | None = None  # the rows it is measured on; None: all
+    tuned: bool = False
 
     @property
     def penalty(self) -> str:
-        return f"{self.lenpen_style}-{self.lenpen:g}"
+        return f"{self.lenpen_style}-{'valid' if self.tuned else f'{self.lenpen:g}'}"
 
     @property
     def name(self) -> str:
@@ -101,6 +107,7 @@ WAYS = (
     *(Way("average", style, alpha, rows=("defaults",)) for style, alpha in (("gnmt", 1.0), ("fairseq", 0.6),
                                                                               ("fairseq", 1.0), ("fairseq", 1.5),
                                                                               ("fairseq", 2.0))),
+    Way("average", "fairseq", rows=("defaults",), tuned=True),
 )
 
 
@@ -251,28 +258,60 @@ class Grid:
             (run / f"train-seconds-{last}.json").write_text(json.dumps(time.perf_counter() - started))
         return run
 
-    def weights(self, run: Path, budget: int, weights: str) -> Path:
+    def weights(self, run: Path, budget: int, way: Way) -> Path:
         """The checkpoint to translate with: the budget's own (its moving average, or its weights as trained
-        with the moving average taken out) or the average of the last AVERAGED up to it."""
+        with the moving average taken out) or the average of the last AVERAGED up to it, with the length penalty
+        of a tuned way chosen on the valid split and stored in it."""
         folder = run / "checkpoints"
         steps = self.averaged_steps(budget)
-        if weights == "ema":
+        if way.weights == "ema":
             return folder / f"step_{budget}.pt"
         own = [self.own_weights(folder / f"step_{step}.pt", run / "own" / f"step_{step}.pt") for step in steps]
-        if weights == "last":
+        if way.weights == "last":
             return own[-1]
         averaged = run / "own" / f"average_{budget}.pt"
         if not averaged.exists():
             self.mtx("average", *map(str, own), "-o", str(averaged), threads=1)
-        return averaged
+        if not way.tuned:
+            return averaged
+        tuned = run / "own" / f"average_{budget}-{way.penalty}.pt"
+        if not tuned.exists():
+            # The runs' recipes keep the paper's penalty; the style tuned, from mtx's default α, is the way's.
+            styled = self.own_weights(averaged, run / "own" / f"average_{budget}-{way.lenpen_style}.pt",
+                                      {"lenpen_style": way.lenpen_style, "lenpen": DecodeConfig().lenpen})
+            self.mtx("average", str(styled), "-o", str(tuned), "--tune-lenpen", "--device", self.size.device,
+                     threads=self.size.threads)
+        return tuned
 
     @staticmethod
-    def own_weights(checkpoint: Path, out: Path) -> Path:
-        """A copy of a step checkpoint without its moving average, so that it translates with its own weights."""
+    def run_identity(step_checkpoint: Path) -> str:
+        """A short hash of a budget's step checkpoint's own weights, recorded with each result: a run trained
+        again (into the same folder) gets another, so its results are never tested against the first one's."""
+        weights = torch.load(step_checkpoint, map_location="cpu", weights_only=True, mmap=True)["model"]
+        digest = hashlib.sha256()
+        for name in sorted(weights):
+            digest.update(name.encode())
+            digest.update(weights[name].contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    @staticmethod
+    def chosen_lenpen(checkpoint: Path) -> float | None:
+        """The α `mtx average --tune-lenpen` chose for a checkpoint; None for one it did not make."""
+        choice = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True).get("lenpen_choice")
+        return None if choice is None else choice["chosen"]
+
+    @staticmethod
+    def own_weights(checkpoint: Path, out: Path, decode: dict[str, Any] | None = None) -> Path:
+        """A copy of a checkpoint without its moving average, so that it translates with its own weights (an
+        average has none: it is its weights), and with the decoding options `decode` over its recipe's."""
         if not out.exists():
             loaded = torch.load(checkpoint, map_location="cpu", weights_only=True)
-            for key in ("ema", "ema_decay", "train_state"):
+            if "ema" in loaded:
+                loaded.pop("ema_decay")
+            for key in ("ema", "train_state"):
                 loaded.pop(key, None)
+            if decode:
+                loaded["recipe"]["decode"] = {**loaded["recipe"]["decode"], **decode}
             out.parent.mkdir(exist_ok=True)
             torch.save(loaded, out.with_suffix(".tmp"))
             out.with_suffix(".tmp").rename(out)
@@ -325,9 +364,10 @@ class Grid:
         src, tgt = pair.split("-")
         hypothesis = result_file.with_suffix(f".{tgt}")
         result_file.parent.mkdir(exist_ok=True)
-        checkpoint = self.weights(run, budget, way.weights)
+        checkpoint = self.weights(run, budget, way)
+        penalty = [] if way.tuned else ["--lenpen", str(way.lenpen)]  # a tuned checkpoint holds its own
         self.mtx("translate", "-m", str(checkpoint), "-i", str(run / "data" / f"test.{src}"), "-o", str(hypothesis),
-                 "--beam", "4", "--lenpen", str(way.lenpen), "--lenpen-style", way.lenpen_style,
+                 "--beam", "4", *penalty, "--lenpen-style", way.lenpen_style,
                  "--batch-tokens", str(self.size.decode_batch_tokens), "--threads", str(self.size.threads),
                  "--device", self.size.device, threads=self.size.threads)
         references = self.references(pair, run)
@@ -336,7 +376,9 @@ class Grid:
         result = {"name": "quality.run", "pair": pair, "row": row.name, "seed": seed, "budget": budget,
                   "way": way.name, "preset": self.size.preset, "bleu": round(scored["bleu"], 2),
                   "chrf": round(scored["chrf"], 2), "ratio": round(scored["ratio"], 3),
-                  "train_seconds": round(json.loads(seconds_file.read_text()), 1) if seconds_file.exists() else None}
+                  "train_seconds": round(json.loads(seconds_file.read_text()), 1) if seconds_file.exists() else None,
+                  "lenpen": self.chosen_lenpen(checkpoint) if way.tuned else way.lenpen,
+                  "run": self.run_identity(run / "checkpoints" / f"step_{budget}.pt")}
         result_file.write_text(json.dumps(result), encoding="utf-8")
         self.keep(hypothesis, result_file)
         return result
@@ -447,10 +489,21 @@ def significance(grid: Grid, pair: str, row: str, budget: int, way: str, seeds: 
                  f"{budget}-{baseline[1].replace('/', '-')}.{tgt}")
         if not (here.exists() and there.exists()):
             return None
+        if baseline[0] == row and not same_run(here.with_suffix(".json"), there.with_suffix(".json")):
+            say(f"{pair} {row} {budget} {way}: not tested against {baseline[1]}, which seed {seed} translated from "
+                "another training run")
+            return None
         hyps += here.read_text(encoding="utf-8").splitlines()
         base += there.read_text(encoding="utf-8").splitlines()
         refs += (grid.out / pair / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
     return score(hyps, [refs], ("bleu",), baseline=base)["baseline"]["p_value"]["bleu"]
+
+
+def same_run(result: Path, other: Path) -> bool:
+    """Whether two results of one run's row, seed and budget come from the same training: False only where both
+    record their run (`Grid.run_identity`; results recorded before it was kept do not) and the two differ."""
+    runs = [json.loads(path.read_text(encoding="utf-8")).get("run") for path in (result, other)]
+    return None in runs or runs[0] == runs[1]
 
 
 def tokens_per_sentence(grid: Grid) -> list[str]:
@@ -482,9 +535,13 @@ def summary(grid: Grid) -> str:
                 **{metric: round(statistics.mean(r[metric] for r in runs), 3) for metric in ("bleu", "chrf", "ratio")},
                 **{f"{metric}_sd": round(statistics.stdev(r[metric] for r in runs), 3) if len(runs) > 1 else None
                    for metric in ("bleu", "chrf", "ratio")},
-                "bleu_each": [r["bleu"] for r in runs], "ratio_each": [r["ratio"] for r in runs], "p_bleu": p}
+                "bleu_each": [r["bleu"] for r in runs], "ratio_each": [r["ratio"] for r in runs],
+                "lenpen_each": [r.get("lenpen") for r in runs], "p_bleu": p}
         print(json.dumps(line), flush=True)
-        lines.append(f"| {pair} | {budget:,} | {row} | {way} | {len(runs)} | {spread([r['bleu'] for r in runs], 2)} | "
+        # Only a tuned way's α varies by run (and results recorded before the grid had one hold no "lenpen").
+        chosen = " (α " + ", ".join(f"{r['lenpen']:g}" for r in runs) + ")" if way.endswith("-valid") else ""
+        lines.append(f"| {pair} | {budget:,} | {row} | {way}{chosen} | {len(runs)} | "
+                     f"{spread([r['bleu'] for r in runs], 2)} | "
                      f"{spread([r['chrf'] for r in runs], 2)} | {spread([r['ratio'] for r in runs], 3)} | "
                      f"{'' if p is None else f'{p:.3f}'} |")
     table = "\n".join(lines) + "\n\n" + "\n".join(tokens_per_sentence(grid)) + "\n"

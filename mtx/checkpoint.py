@@ -27,6 +27,9 @@ primitives only, so loading a file cannot run code):
     lexicon               the training pairs' lexical table (mtx.data.lexicon: `Lexicon.to_checkpoint`), which
                           decoding shortlists are made of (mtx.decode.shortlist); absent from checkpoints of data
                           prepared before mtx learnt one
+    lenpen_choice         an averaged checkpoint made with `mtx average --tune-lenpen`: the valid BLEU and length
+                          ratio of each length penalty α tried, and the one chosen, which its recipe's
+                          decode.lenpen then holds (mtx.decode.lenpen_choice)
 
 No RNG state is saved, and no learning-rate scheduler's: the trainer reseeds dropout at every update from
 (seed, step, rank), draws the batch order from (seed, epoch) and computes the learning rate from the step.
@@ -140,17 +143,23 @@ def describe_checkpoint(checkpoint: dict[str, Any]) -> str:
 def load_model(path: str | Path, device: str | torch.device = "cpu"):
     """(model in eval mode on `device`, tokenizer, checkpoint dict) from a checkpoint file; the model holds
     the weights it translates with (`inference_weights`)."""
+    checkpoint = load_checkpoint(path)
+    model, tokenizer = model_of(checkpoint, path)
+    return model.to(device).eval(), tokenizer, checkpoint
+
+
+def model_of(checkpoint: dict[str, Any], name: str | Path):
+    """(model on the CPU in eval mode, tokenizer) of a checkpoint dict, one read from file or made in memory (an
+    average); `name` says which in an error. The model holds the weights it translates with (`inference_weights`)."""
     from mtx.model.transformer import Transformer
     from mtx.tokenizer import Tokenizer
 
-    checkpoint = load_checkpoint(path)
     model = Transformer(model_config_of(checkpoint), checkpoint["vocab_size"])
     try:
         model.load_state_dict(inference_weights(checkpoint))
     except RuntimeError as e:
-        raise MtxError(f"Checkpoint {path} does not match its own model config: {str(e)[:300]}") from None
-    tokenizer = Tokenizer.from_str(checkpoint["tokenizer"])
-    return model.to(device).eval(), tokenizer, checkpoint
+        raise MtxError(f"Checkpoint {name} does not match its own model config: {str(e)[:300]}") from None
+    return model.eval(), Tokenizer.from_str(checkpoint["tokenizer"])
 
 
 def step_checkpoints(directory: str | Path) -> list[tuple[int, Path]]:

@@ -62,8 +62,8 @@ class TrainConfig:
     keep_last: int = setting(5, "Step checkpoints kept, the newest; 0 keeps all.", bounds=Bounds(0, note="0 keeps all"))
     validate_every: int = setting(1000, "Compute the valid loss and BLEU every this many updates.", bounds=AT_LEAST_1)
     valid_beam: int = setting(1, "Beam of the validation's decoding; 1 is greedy.", bounds=AT_LEAST_1)
-    valid_max_sentences: int | None = setting(None, "Decode only the first N valid sentences for BLEU (of each "
-                                              "language pair, for a model of several).",
+    valid_max_sentences: int | None = setting(None, "Decode only N valid sentences for BLEU, spread evenly over "
+                                              "the valid set (over each language pair's, for a model of several).",
                                               bounds=AT_LEAST_1)
     patience: int | None = setting(None, "Stop after this many validations without a better valid BLEU.",
                                    bounds=AT_LEAST_1)

@@ -1,18 +1,19 @@
 """Decoding: checkpoints and sentences in, translations out.
 
-    search       greedy, beam and sampling search over the `IncrementalDecoder` protocol, with a length penalty,
-                 target prefixes and no repeated n-grams
-    sampling     the draws of sampling: counter-based random numbers per (seed, line, sample, step), and filters
-    forced       forced scores: the model's score of given translations (--score-reference)
-    limits       what a model allows a translation (vocabulary, positions, decoder layers, output length), read
-                 from the models or from the checkpoints' metadata alone (the server's request checks)
-    target_lang  which language a model of several target languages produces: the tag put before a source
-    translator   `Translator`: sentences in, n-best lists out, batched by length, on CPU threads or a GPU
-    ensemble     several models searched as one, their next-token probabilities averaged
-    shortlist    each sentence searched over its own few likely target tokens (--shortlist), from the lexicon
-    alignment    word alignments from one decoder layer's cross-attention, carried through the search
-    doubts       why a translation deserves a human look (jsonl's "flags"), by thresholds from the training data
-    output       the output formats: text, n-best, jsonl
-    shards       one shard of a file to translate (--shard K/N), and its output, resumable line by line
-    command      `mtx translate`: a stream of lines in, one translation per line out
+    search         greedy, beam and sampling search over the `IncrementalDecoder` protocol, with a length penalty,
+                   target prefixes and no repeated n-grams
+    sampling       the draws of sampling: counter-based random numbers per (seed, line, sample, step), and filters
+    forced         forced scores: the model's score of given translations (--score-reference)
+    limits         what a model allows a translation (vocabulary, positions, decoder layers, output length), read
+                   from the models or from the checkpoints' metadata alone (the server's request checks)
+    target_lang    which language a model of several target languages produces: the tag put before a source
+    translator     `Translator`: sentences in, n-best lists out, batched by length, on CPU threads or a GPU
+    ensemble       several models searched as one, their next-token probabilities averaged
+    shortlist      each sentence searched over its own few likely target tokens (--shortlist), from the lexicon
+    alignment      word alignments from one decoder layer's cross-attention, carried through the search
+    doubts         why a translation deserves a human look (jsonl's "flags"), by thresholds from the training data
+    lenpen_choice  the length penalty's α chosen for a model on its valid split (mtx average --tune-lenpen)
+    output         the output formats: text, n-best, jsonl
+    shards         one shard of a file to translate (--shard K/N), and its output, resumable line by line
+    command        `mtx translate`: a stream of lines in, one translation per line out
 """

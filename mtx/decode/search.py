@@ -468,6 +468,13 @@ def _first_step_into_beams(model: IncrementalDecoder[CacheT], src: Tensor, src_p
     return log_probs[to_beams], state.reorder(to_beams), None if row_attention is None else row_attention[to_beams]
 
 
+def most_endings(beam: int) -> int:
+    """The most hypotheses of one sentence that beam search sets aside: at most beam - 1 end before the step
+    that completes it (beam ending completes it), and at most beam at that step (an EOS among its first beam
+    candidates each)."""
+    return 2 * beam - 1
+
+
 @torch.inference_mode()
 def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor, constraints: Constraints,
                 penalty: LengthPenalty, *, beam: int, nbest: int = 1) -> list[list[Hypothesis]]:
@@ -484,10 +491,12 @@ def beam_search(model: IncrementalDecoder[CacheT], src: Tensor, src_pad: Tensor,
 
     src, src_pad: (B, S); constraints: each sentence's (B rows), shared by its beams. While a sentence is inside
     its target prefix its one open beam can only extend by the prefix's token, so the search goes on from the
-    prefix as from BOS. Returns for each sentence its `nbest` best hypotheses, best first.
+    prefix as from BOS. Returns for each sentence its `nbest` best hypotheses, best first. An `nbest` above
+    `beam`, up to `most_endings(beam)`, returns every hypothesis that ended, which the penalty did not choose
+    among: what choosing the penalty rescores (mtx.decode.lenpen_choice).
     """
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
+    if not 1 <= nbest <= most_endings(beam):
+        raise ValueError(f"nbest ({nbest}) must be between 1 and 2 · beam - 1 ({most_endings(beam)})")
     batch, device, steps = src.shape[0], src.device, constraints.steps
     log_probs, state, row_attention = _first_step_into_beams(model, src, src_pad, steps, beam)
     sentence = torch.arange(batch, device=device)  # which input sentence each open sentence is

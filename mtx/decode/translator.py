@@ -40,7 +40,7 @@ from mtx.decode.ensemble import Ensemble, load_models
 from mtx.decode.forced import forced_scores
 from mtx.decode.limits import ModelLimits
 from mtx.decode.sampling import line_indices
-from mtx.decode.search import Constraints, Hypothesis, IncrementalDecoder, LengthPenalty, Sampling, search
+from mtx.decode.search import Constraints, Hypothesis, IncrementalDecoder, LengthPenalty, Sampling, most_endings, search
 from mtx.decode.shortlist import Shortlist, ShortlistDecoder
 from mtx.decode.target_lang import TargetLanguages
 from mtx.devices import available_memory, choose_device, choose_dtype, half_precision_model
@@ -101,6 +101,9 @@ class Translator:
     doubt_thresholds: DoubtThresholds | None = None  # flag doubtful translations (mtx.decode.doubts); None: do not
     lexicon: Lexicon | None = None  # the first checkpoint's lexical table, which decode.shortlist needs
     targets: TargetLanguages | None = None  # the first checkpoint's target languages, which decode.target_lang names
+    # Return every hypothesis each beam search set aside (`most_endings`), not decode.nbest: those among which any
+    # length penalty chooses, for choosing one (mtx.decode.lenpen_choice).
+    every_ending: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_tokens < 1:
@@ -283,7 +286,8 @@ class Translator:
                                                         d.temperature, d.topk or 0, d.topp)
         prefix = None if prefixes is None or not any(prefixes) else padded(prefixes).to(self.device)
         constraints = Constraints.of_config(d, torch.tensor(limits), prefix)
-        nbests = search(decoder, src, src_pad, constraints, LengthPenalty.of_config(d), beam=d.beam, nbest=d.nbest,
+        nbest = most_endings(d.beam) if self.every_ending and sampling is None else d.nbest
+        nbests = search(decoder, src, src_pad, constraints, LengthPenalty.of_config(d), beam=d.beam, nbest=nbest,
                         sampling=sampling)
         if self.alignment_layer is None:
             return nbests, None

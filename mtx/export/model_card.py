@@ -127,14 +127,28 @@ def _sources(manifest: dict[str, Any]) -> str:
 
 
 def _validation_section(run: Path | None, checkpoint: dict[str, Any]) -> list[str]:
+    chosen = _lenpen_choice(checkpoint.get("lenpen_choice"))
     best = best_validation(run, checkpoint)
     if best is None:
-        return ["## Validation", "", "No validation BLEU was found (no metrics.jsonl next to the checkpoint).", ""]
+        return ["## Validation", "", "No validation BLEU was found (no metrics.jsonl next to the checkpoint).", "",
+                *chosen]
     bleu, step = best
     train = checkpoint["recipe"].get("train", {})
     search = "greedy" if train.get("valid_beam", 1) == 1 else f"beam {train['valid_beam']}"
     subset = train.get("valid_max_sentences")
-    sentences = f"the first {subset:,} validation sentences" if subset else "the validation set"
+    sentences = f"{subset:,} of the validation sentences" if subset else "the validation set"
     at = f" at step {step:,}" if step is not None else ""
     return ["## Validation", "", f"Best validation BLEU during training: **{bleu:.2f}**{at} (sacreBLEU, "
-            f"{search} decoding of {sentences}).", ""]
+            f"{search} decoding of {sentences}).", "", *chosen]
+
+
+def _lenpen_choice(choice: dict[str, Any] | None) -> list[str]:
+    """What `mtx average --tune-lenpen` found (mtx.decode.lenpen_choice), where it chose the length penalty."""
+    if choice is None:
+        return []
+    scores = {s["alpha"]: s for s in choice["scores"]}
+    chosen, before = scores[choice["chosen"]], scores[choice["before"]]
+    return [f"Length penalty α = {choice['chosen']:g} ({choice['style']}), chosen by `mtx average --tune-lenpen` on "
+            f"the {choice['sentences']:,} validation sentences, beam {choice['beam']}: BLEU {chosen['bleu']:.2f}, "
+            f"length ratio {chosen['length_ratio']:.3f}, against {before['bleu']:.2f} and "
+            f"{before['length_ratio']:.3f} with the recipe's α = {choice['before']:g}.", ""]

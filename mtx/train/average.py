@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from mtx.checkpoint import inference_weights, load_checkpoint, save_checkpoint, shared_names, step_checkpoints
+from mtx.checkpoint import inference_weights, load_checkpoint, shared_names, step_checkpoints
 from mtx.errors import MtxError
 
 
@@ -26,13 +26,6 @@ def last_checkpoints(directory: Path, last: int) -> list[Path]:
     if len(found) < last:
         raise MtxError(f"--last {last} asks for more checkpoints than the {len(found)} in {directory}.")
     return [path for _, path in found[-last:]]
-
-
-def average_files(paths: Sequence[Path], output: Path) -> dict[str, Any]:
-    """Write the average of the checkpoints `paths` to `output`, atomically; return it."""
-    averaged = average_checkpoints(paths)
-    save_checkpoint(averaged, output)
-    return averaged
 
 
 def _identity(checkpoint: dict[str, Any]) -> tuple:

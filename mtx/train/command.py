@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from mtx.config.command import RecipeArg, SetOpt, read_run_recipe
+from mtx.config.decode import DecodeConfig
 from mtx.errors import MtxError
 
 
@@ -40,25 +43,93 @@ def average(
         Path | None, typer.Option("--dir", help="A run's checkpoints/ folder; use with --last.")
     ] = None,
     last: Annotated[int | None, typer.Option("--last", min=1, help="Average the last N step_<N>.pt by step.")] = None,
+    tune_lenpen: Annotated[bool, typer.Option(
+        "--tune-lenpen", help="Choose the length penalty α (0 to 2 by tenths, and on while the best is the largest; "
+        "in the recipe's decode.lenpen_style) that translates the run's whole valid split best by BLEU, with the "
+        "recipe's beam, and store it as the checkpoint's decode.lenpen, which mtx translate and mtx serve then use: "
+        "one beam search, every α rescored.")] = False,
+    device: Annotated[str, typer.Option(
+        metavar="auto|cpu|cuda", help="With --tune-lenpen: where to translate the valid split; auto: cuda if there "
+        "is one.")] = "auto",
 ) -> None:
     """Average checkpoints parameter-wise into one self-contained checkpoint for translation.
 
     The paper averages the last 5 checkpoints of base models and the last 20 of big ones.
 
-    Example: mtx average --dir runs/demo/checkpoints --last 5 -o runs/demo/average.pt
+    Example: mtx average --dir runs/demo/checkpoints --last 5 -o runs/demo/average.pt --tune-lenpen
     """
-    from mtx.checkpoint import describe_weights
-    from mtx.train.average import average_files, last_checkpoints
+    from mtx.checkpoint import describe_weights, load_checkpoint, save_checkpoint
+    from mtx.decode.command import check_choice
+    from mtx.devices import DeviceName
+    from mtx.train.average import average_checkpoints, last_checkpoints
 
     if bool(checkpoints) == (directory is not None):
         raise MtxError("Name the checkpoints to average one way: as files (mtx average a.pt b.pt -o avg.pt) "
                        "or as --dir RUN/checkpoints --last N.")
+    check_choice("--device", device, DeviceName)
     if directory is not None:
         if last is None:
             raise MtxError("--dir needs --last N: how many of the latest step checkpoints to average.")
         checkpoints = last_checkpoints(directory, last)
     elif last is not None:
         raise MtxError("--last only applies with --dir.")
-    averaged = average_files(checkpoints, output)
+    valid = None if not tune_lenpen else ValidToTune.of_run(load_checkpoint(checkpoints[0], mmap=True))
+    averaged = average_checkpoints(checkpoints)
     weights = f" (their {describe_weights(averaged)})" if "ema_decay" in averaged else ""
-    sys.stderr.write(f"averaged {len(checkpoints)} checkpoints{weights} → {output}\n")
+    sys.stderr.write(f"averaged {len(checkpoints)} checkpoints{weights}\n")
+    if valid is not None:
+        averaged = valid.with_chosen_lenpen(averaged, device, sys.stderr.write)
+    save_checkpoint(averaged, output)
+    sys.stderr.write(f"→ {output}\n")
+
+
+@dataclass(frozen=True)
+class ValidToTune:
+    """What `--tune-lenpen` chooses α on: the whole valid split of the run the checkpoints' recipe names
+    (run_dir/data, as `mtx prepare` wrote it), and the recipe's search. Read, and refused, before averaging."""
+
+    data_dir: Path
+    decode: DecodeConfig
+    sources: list[str]
+    refs: list[str]
+
+    @classmethod
+    def of_run(cls, checkpoint: dict[str, Any]) -> ValidToTune:
+        from mtx.config.loading import recipe_from_dict
+        from mtx.data.prepared import load_manifest
+        from mtx.decode.lenpen_choice import check_searchable
+        from mtx.train.run_data import valid_text
+
+        recipe, decode = recipe_from_dict(checkpoint["recipe"]), DecodeConfig.of_checkpoint(checkpoint)
+        check_searchable(decode, f"--tune-lenpen: the recipe of run {recipe.name}")
+        data_dir = recipe.run_path / "data"
+        if not (data_dir / "manifest.json").is_file():
+            raise MtxError(f"--tune-lenpen translates the valid split of the checkpoints' run, {recipe.name}, and "
+                           f"its prepared data is not at {data_dir}, where its recipe's run_dir says: run mtx "
+                           "average where the run was trained, or leave out --tune-lenpen.")
+        manifest = load_manifest(data_dir)
+        if not manifest["splits"].get("valid", {}).get("pairs"):
+            raise MtxError(f"--tune-lenpen translates the valid split of the checkpoints' run, and {data_dir} has "
+                           "none: add one to the recipe's data.source and run `mtx prepare` again, or leave out "
+                           "--tune-lenpen.")
+        sources, refs, _ = valid_text(recipe.data, manifest, data_dir)
+        return cls(data_dir, decode, sources, refs)
+
+    def with_chosen_lenpen(self, checkpoint: dict[str, Any], device: str, log: Callable[[str], None]
+                           ) -> dict[str, Any]:
+        """`checkpoint` with the α that translates the valid split best as its recipe's decode.lenpen, and what
+        choosing it found as its `lenpen_choice` (mtx.decode.lenpen_choice)."""
+        from mtx.checkpoint import model_of
+        from mtx.decode.lenpen_choice import choose_lenpen
+        from mtx.decode.translator import prepare_model
+        from mtx.devices import choose_device
+
+        model, tokenizer = model_of(checkpoint, "the average")
+        model = prepare_model(model, choose_device(device, "--device"), "auto")
+        log(f"choosing the length penalty α ({self.decode.lenpen_style}) on the {len(self.sources):,} valid "
+            f"sentences of {self.data_dir}, beam {self.decode.beam}\n")
+        choice = choose_lenpen(model, tokenizer, self.sources, self.refs, self.decode)
+        log(f"{choice.table()}\ndecode.lenpen: {choice.before:g} → {choice.chosen:g}\n")
+        stored = checkpoint["recipe"]
+        return {**checkpoint, "recipe": {**stored, "decode": {**stored.get("decode", {}), "lenpen": choice.chosen}},
+                "lenpen_choice": choice.to_dict()}

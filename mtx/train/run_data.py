@@ -39,7 +39,7 @@ class ValidSet:
 
     split: TokenSplit
     batches: list[np.ndarray]
-    sources: list[str]  # the first train.valid_max_sentences source lines, decoded for BLEU
+    sources: list[str]  # train.valid_max_sentences source lines of each pair, spread over it, decoded for BLEU
     refs: list[str]  # their references
     pairs: list[str]  # each source line's language pair (en-de), from its corpus; [] if the corpora share one
 
@@ -221,23 +221,34 @@ def load_valid_set(recipe: Recipe, manifest: dict[str, Any], data_dir: Path) -> 
     usable = pairs_within(split.src_lens, split.tgt_lens, recipe.model.max_positions)
     budget = max(cfg.max_tokens, int(pair_costs(split.src_lens, split.tgt_lens)[usable].max(initial=1)))
     batches = make_batches(split.src_lens, split.tgt_lens, budget, recipe.seed, keep=usable)
+    return ValidSet(split, batches, *valid_text(recipe.data, manifest, data_dir, cfg.valid_max_sentences))
+
+
+def valid_text(data: DataConfig, manifest: dict[str, Any], data_dir: Path, most: int | None = None
+               ) -> tuple[list[str], list[str], list[str]]:
+    """The valid split's source lines as the model reads them (target tags included), their references and each
+    one's language pair ([] if the corpora share one): all of them, or `most` of each pair spread evenly over
+    it (`spread_lines`)."""
     sources, refs = ((data_dir / f"valid.{lang}").read_text(encoding="utf-8").splitlines()
-                     for lang in (recipe.data.src_lang, recipe.data.tgt_lang))
-    pairs = valid_pairs(recipe.data, manifest)
-    lines = _first_of_each_pair(pairs or [""] * len(sources), cfg.valid_max_sentences)
-    return ValidSet(split, batches, [sources[i] for i in lines], [refs[i] for i in lines],
-                    [pairs[i] for i in lines] if pairs else [])
+                     for lang in (data.src_lang, data.tgt_lang))
+    pairs = valid_pairs(data, manifest)
+    lines = spread_lines(pairs or [""] * len(sources), most)
+    return [sources[i] for i in lines], [refs[i] for i in lines], [pairs[i] for i in lines] if pairs else []
 
 
-def _first_of_each_pair(pairs: list[str], most: int | None) -> list[int]:
-    """The lines BLEU decodes: the first `most` of each language pair (all: None), in order."""
-    taken: dict[str, int] = {}
-    lines = []
+def spread_lines(pairs: list[str], most: int | None) -> list[int]:
+    """The lines BLEU decodes: `most` of each language pair's (all: None), evenly spaced over its lines, in order.
+    Spread rather than the first `most`: a valid set is often several documents end to end, and its first lines
+    would be one document's, of one length and style, and measure a length ratio the whole set does not have
+    (bench/README.md)."""
+    by_pair: dict[str, list[int]] = {}
     for i, pair in enumerate(pairs):
-        if most is None or taken.get(pair, 0) < most:
-            taken[pair] = taken.get(pair, 0) + 1
-            lines.append(i)
-    return lines
+        by_pair.setdefault(pair, []).append(i)
+    lines = []
+    for own in by_pair.values():
+        taken = len(own) if most is None else min(most, len(own))
+        lines += [own[k * len(own) // taken] for k in range(taken)]
+    return sorted(lines)
 
 
 def valid_pairs(data: DataConfig, manifest: dict[str, Any]) -> list[str]:

@@ -102,7 +102,7 @@ def test_validation_reports_each_pair(multilingual: dict) -> None:
     assert set(last["valid_pairs"]) == {"en-de", "en-fr"}
     assert all(pair["bleu"] == pytest.approx(100.0) for pair in last["valid_pairs"].values())
     assert last["valid_bleu"] == pytest.approx(100.0)
-    # train.valid_max_sentences takes the first sentences of each pair, not of the valid split.
+    # train.valid_max_sentences takes that many sentences of each pair, not of the valid split.
     recipe = dataclasses.replace(multilingual["recipe"], train=dataclasses.replace(multilingual["recipe"].train,
                                                                                   valid_max_sentences=3))
     valid = load_valid_set(recipe, multilingual["manifest"], multilingual["data"])

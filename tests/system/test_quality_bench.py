@@ -49,20 +49,27 @@ def test_the_grid_trains_translates_and_summarises_every_row(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     runs = [r for r in records if r["name"] == "quality.run"]
-    # Two rows × two seeds at one budget; three ways each, and five more length penalties for the defaults.
-    assert len(runs) == 2 * (3 + 5) + 2 * 3
+    # Two rows × two seeds at one budget; three ways each, and six more length penalties for the defaults: five
+    # given, one chosen on the valid split by mtx average --tune-lenpen, which the result records.
+    assert len(runs) == 2 * (3 + 6) + 2 * 3
     assert {(r["row"], r["seed"]) for r in runs} == {(row, seed) for row in ("defaults", "bytelevel-bpe")
                                                      for seed in (1, 2)}
     assert all(0 <= r["bleu"] <= 100 and r["ratio"] >= 0 and r["train_seconds"] > 0 for r in runs)
 
+    # Each result names the training run it came from: one per (row, seed).
+    assert len({r["run"] for r in runs}) == 4 and all(len(r["run"]) == 16 for r in runs)
+    tuned = [r for r in runs if r["way"] == "average/fairseq-valid"]
+    assert len(tuned) == 2 and all(0 <= r["lenpen"] <= 10 and round(r["lenpen"], 1) == r["lenpen"] for r in tuned)
+
     means = {(r["row"], r["way"]): r for r in records if r["name"] == "quality.mean"}
-    assert len(means) == 8 + 3
+    assert len(means) == 9 + 3
     bytelevel = means[("bytelevel-bpe", "average/gnmt-0.6")]
     assert bytelevel["seeds"] == [1, 2] and bytelevel["bleu_sd"] is not None
     assert 0 < bytelevel["p_bleu"] <= 1
     assert means[("defaults", "last/gnmt-0.6")]["p_bleu"] is None  # the baseline is not tested against itself
     assert 0 < means[("defaults", "average/fairseq-1")]["p_bleu"] <= 1  # mtx's default, against the paper's penalty
     assert 0 < means[("defaults", "average/fairseq-1.5")]["p_bleu"] <= 1  # another, against mtx's default
+    assert 0 < means[("defaults", "average/fairseq-valid")]["p_bleu"] <= 1
 
     tokens = {r["row"]: r for r in records if r["name"] == "quality.tokens_per_sentence"}
     assert set(tokens) == {"defaults", "bytelevel-bpe"} and all(r["src"] > 1 and r["tgt"] > 1 for r in tokens.values())
@@ -70,6 +77,8 @@ def test_the_grid_trains_translates_and_summarises_every_row(tmp_path: Path) -> 
     table = (tmp_path / "grid" / "summary.md").read_text(encoding="utf-8")
     assert table in done.stdout
     assert "| en-de | 50 | bytelevel-bpe | average/gnmt-0.6 | 2 | " in table and " ± " in table
+    alphas = ", ".join(f"{r['lenpen']:g}" for r in sorted(tuned, key=lambda r: r["seed"]))
+    assert f"| en-de | 50 | defaults | average/fairseq-valid (α {alphas}) | 2 | " in table
 
     # The two rows of one pair share nothing but the corpus: each vocabulary is prepared once, for both seeds.
     run = tmp_path / "grid" / "en-de" / "defaults-seed2"
@@ -94,6 +103,14 @@ def test_the_grid_trains_translates_and_summarises_every_row(tmp_path: Path) -> 
         line for line in done.stdout.splitlines() if '"quality.mean"' in line]
     resumed = grid(tmp_path, "--record", str(record))
     assert resumed.returncode == 0 and "train " not in resumed.stderr, resumed.stderr[-3000:]
+
+    # A result from another training of the same run is not tested against this one's.
+    result = tmp_path / "grid" / "en-de" / "defaults-seed1" / "results" / "50-average-fairseq-1.5.json"
+    result.write_text(json.dumps({**json.loads(result.read_text()), "run": "0" * 16}))
+    mixed = grid(tmp_path, "--summary-only")
+    line = next(json.loads(line) for line in mixed.stdout.splitlines()
+                if '"quality.mean"' in line and '"average/fairseq-1.5"' in line)
+    assert line["p_bleu"] is None and "another training run" in mixed.stderr
 
 
 @pytest.mark.slow

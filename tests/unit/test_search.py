@@ -15,6 +15,7 @@ from mtx.decode.search import (
     LengthPenalty,
     beam_search,
     greedy_search,
+    most_endings,
     row_topk,
     search,
     top_candidates,
@@ -98,6 +99,22 @@ def test_early_stop_never_changes_the_best(lenpen: float, style: str) -> None:
     early = scripted_decode(random_model(), n=30, max_len=12, **options)
     full = scripted_decode(random_model(), n=30, max_len=12, nbest=4, **options)
     assert [as_pairs(n) for n in early] == [as_pairs(n[:1]) for n in full]
+
+
+@pytest.mark.parametrize("style", ["gnmt", "fairseq"])
+def test_every_ending_rescored_is_the_search_with_any_penalty(style: str) -> None:
+    """One search that keeps every hypothesis that ends gives, rescored, the translation of a search with each α
+    (mtx.decode.lenpen_choice relies on it); an n-best list of `beam` would not hold them all."""
+    every = scripted_decode(random_model(), n=40, max_len=10, beam=4, penalty=LengthPenalty(1.0, style),
+                            nbest=most_endings(4))
+    assert max(len(nbest) for nbest in every) > 4
+    for alpha in (0.0, 0.3, 0.6, 1.0, 1.5, 2.5):
+        penalty = LengthPenalty(alpha, style)
+        direct = scripted_decode(random_model(), n=40, max_len=10, beam=4, penalty=penalty)
+        rescored = [max(nbest, key=lambda h: sum(h.token_log_probs) / penalty(len(h.tokens) + 1.0)) for nbest in every]
+        assert [h.tokens for h in rescored] == [nbest[0].tokens for nbest in direct], alpha
+    with pytest.raises(ValueError, match="2 · beam - 1"):
+        scripted_decode(random_model(), beam=4, penalty=LengthPenalty(1.0, style), nbest=most_endings(4) + 1)
 
 
 def test_nbest_sorted_and_distinct() -> None:

@@ -1,0 +1,121 @@
+"""Choosing the length penalty's α for one model on held-out text: one beam search, every α rescored.
+
+Why per model: the α that translates best depends on how far a model has trained. bench/quality.py's small models
+run short with fairseq's α 1 after 2,000 updates (0.81 of the reference length on en-de) and reach the reference
+length with α 1.5, which overshoots after 800 updates (bench/README.md). No one value serves both, so people tune
+fairseq's `--lenpen` on a dev set; `mtx average --tune-lenpen` does it and stores the choice in the checkpoint.
+
+Why one search is enough: beam search ranks the hypotheses it extends by their log-probability alone, and the
+penalty only scores those that end (mtx.decode.search). A sentence is done once `beam` hypotheses have ended, so
+which ones end does not depend on α, and a search with any α picks, of these, the one of highest
+log P(Y|X) / lp(|Y|) (its early stop never changes the result). So one search that keeps every hypothesis that
+ends (`Translator.every_ending`: up to 2 · beam - 1, more than an n-best list of `beam` holds) gives, rescored,
+exactly the translations of a search with each α.
+
+The α is the one of highest corpus BLEU (sacreBLEU's, as validation scores) in the recipe's penalty style, of
+`ALPHAS`, the α the model had, and, while the best is the largest tried, the next tenths (GNMT's penalty grows
+more slowly with the length than fairseq's, so its best α can be larger); of equal BLEU, the one nearest the α
+the model had.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mtx.config.decode import MAX_LENPEN, DecodeConfig
+from mtx.decode.search import LengthPenalty
+from mtx.decode.translator import Translation, Translator
+from mtx.errors import MtxError
+from mtx.model.transformer import Transformer
+from mtx.score.metrics import corpus_bleu_and_ratio
+from mtx.tokenizer import Tokenizer
+
+ALPHAS = tuple(step / 10 for step in range(21))  # 0, 0.1, ..., 2: the range people tune (DecodeConfig.lenpen)
+
+
+@dataclass(frozen=True)
+class PenaltyScore:
+    """The valid BLEU and length ratio of translating with one α."""
+
+    alpha: float
+    bleu: float
+    length_ratio: float
+
+
+@dataclass(frozen=True)
+class LenpenChoice:
+    """What choosing α found: each α's valid scores, the α the model had, and the one chosen."""
+
+    style: str
+    sentences: int
+    beam: int
+    before: float
+    chosen: float
+    scores: tuple[PenaltyScore, ...]
+
+    def score_of(self, alpha: float) -> PenaltyScore:
+        return next(s for s in self.scores if s.alpha == alpha)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a checkpoint stores it (`lenpen_choice`): plain values only, which `weights_only` loading reads."""
+        return {**dataclasses.asdict(self), "scores": [dataclasses.asdict(s) for s in self.scores]}
+
+    def table(self) -> str:
+        """The scores as lines for a terminal, the chosen α and the model's own marked."""
+        lines = ["   α    BLEU   length ratio"]
+        for s in self.scores:
+            mark = " ← chosen" if s.alpha == self.chosen else " (before)" if s.alpha == self.before else ""
+            lines.append(f"{s.alpha:4.1f}  {s.bleu:6.2f}  {s.length_ratio:6.3f}{mark}")
+        return "\n".join(lines)
+
+
+def check_searchable(decode: DecodeConfig, where: str) -> None:
+    """Refuse decoding options under which α changes nothing: greedy search and sampling pick each token without
+    the penalty, so there is nothing to choose. `where` names what holds the options."""
+    if decode.sampling:
+        raise MtxError(f"{where} samples (decode.sampling), and a sample does not depend on the length penalty: "
+                       "there is no α to choose. Choose it for a model that searches (decode.beam ≥ 2).")
+    if decode.beam < 2:
+        raise MtxError(f"{where} searches greedily (decode.beam = {decode.beam}), whose output does not depend on "
+                       "the length penalty: there is no α to choose. Set decode.beam to 2 or more in the recipe.")
+
+
+def choose_lenpen(model: Transformer, tokenizer: Tokenizer, sources: Sequence[str], refs: Sequence[str],
+                  decode: DecodeConfig, batch_tokens: int = 4096, alphas: Sequence[float] = ALPHAS) -> LenpenChoice:
+    """The α of `alphas` and decode.lenpen (in decode.lenpen_style) under which `model` translates `sources`
+    closest to `refs` by BLEU, searching as `decode` asks (its beam and length limits) over the whole vocabulary.
+    `sources` are lines as the model reads them (a prepared data folder's valid split, target tags included)."""
+    if not sources:
+        raise MtxError("There are no valid sentences to choose the length penalty on.")
+    check_searchable(decode, "The model's recipe")
+    searching = dataclasses.replace(decode, nbest=1, shortlist=0)
+    nbests = Translator(model, tokenizer, searching, batch_tokens, every_ending=True).translate(list(sources))
+    scores: dict[float, PenaltyScore] = {}
+    trying = [*alphas, decode.lenpen]
+    while trying:
+        for alpha in trying:
+            hyps = best_under(nbests, LengthPenalty(alpha, decode.lenpen_style))
+            scores[alpha] = PenaltyScore(alpha, *corpus_bleu_and_ratio(hyps, list(refs)))
+        best = max(scores.values(), key=lambda s: (s.bleu, -abs(s.alpha - decode.lenpen)))
+        trying = further_alphas(max(scores)) if best.alpha == max(scores) else []
+    return LenpenChoice(decode.lenpen_style, len(sources), decode.beam, decode.lenpen, best.alpha,
+                        tuple(scores[alpha] for alpha in sorted(scores)))
+
+
+def further_alphas(largest: float) -> list[float]:
+    """The next α to try when the best so far is the largest tried: ten more tenths, within MAX_LENPEN."""
+    return [alpha for step in range(1, 11) if (alpha := round(largest + step / 10, 1)) <= MAX_LENPEN]
+
+
+def best_under(nbests: Sequence[Sequence[Translation]], penalty: LengthPenalty) -> list[str]:
+    """Each sentence's translation of highest log P(Y|X) / lp(|Y|) among its n-best (|Y| counts EOS, as the
+    search's does); "" for a sentence with none (an empty line)."""
+    best = []
+    for nbest in nbests:
+        scored = [(sum(t.token_log_probs) / penalty(len(t.tokens) + 1.0), -rank, t.text)
+                  for rank, t in enumerate(nbest)]
+        best.append(max(scored)[2] if scored else "")
+    return best

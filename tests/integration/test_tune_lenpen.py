@@ -1,0 +1,128 @@
+"""`mtx average --tune-lenpen` through the CLI: the α it stores is the best of its table by valid BLEU, each row of
+the table is what `mtx translate --lenpen α` then `mtx score` give on the valid split, `mtx translate` uses the
+stored α, and a run it cannot tune is refused with a message before anything is written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from support import base_recipe, write_recipe
+from typer.testing import CliRunner
+
+from mtx.checkpoint import load_checkpoint
+from mtx.cli import app
+from mtx.errors import MtxError
+from mtx.export.model_card import model_card
+from mtx.score.metrics import corpus_bleu_and_ratio
+
+
+def mtx(*args: str) -> tuple[int, str, str]:
+    """`mtx ARGS` in this process: its exit code, standard output and standard error, where a user error
+    (MtxError, which `mtx` prints as its message) is the error's message."""
+    result = CliRunner().invoke(app, list(args))
+    if isinstance(result.exception, MtxError):
+        return 1, result.stdout, str(result.exception)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A reverse-copy run of 60 updates, half-learnt so that α changes its translations, searching with beam 4
+    and fairseq's α 1."""
+    root = tmp_path_factory.mktemp("tune")
+    raw = base_recipe(root, train_pairs=400, valid_pairs=40)
+    raw["train"].update(max_steps=60, save_every=30, log_every=30)
+    raw["decode"] = {"beam": 4, "lenpen": 1.0, "lenpen_style": "fairseq", "max_len_a": 1.0, "max_len_b": 5}
+    recipe = write_recipe(root, raw)
+    for command in (["prepare", str(recipe), "--workers", "1"], ["train", str(recipe)]):
+        code, _, err = mtx(*command)
+        assert code == 0, err
+    return root
+
+
+def average(run: Path, out: Path, *extra: str) -> tuple[int, str]:
+    code, _, err = mtx("average", "--dir", str(run / "run" / "checkpoints"), "--last", "2", "-o", str(out), *extra)
+    return code, err
+
+
+def test_the_chosen_alpha_is_the_best_of_what_translate_and_score_give(run: Path, tmp_path: Path) -> None:
+    tuned = tmp_path / "tuned.pt"
+    code, err = average(run, tuned, "--tune-lenpen", "--device", "cpu")
+    assert code == 0, err
+    checkpoint = load_checkpoint(tuned)
+    choice = checkpoint["lenpen_choice"]
+    assert (choice["style"], choice["beam"], choice["before"], choice["sentences"]) == ("fairseq", 4, 1.0, 40)
+    scores = {s["alpha"]: (s["bleu"], s["length_ratio"]) for s in choice["scores"]}
+    assert set(scores) >= {step / 10 for step in range(21)}
+    assert checkpoint["recipe"]["decode"]["lenpen"] == choice["chosen"]
+    assert scores[choice["chosen"]][0] == max(bleu for bleu, _ in scores.values())
+    assert f"decode.lenpen: 1 → {choice['chosen']:g}" in err and "← chosen" in err
+
+    # Each α's row is what translating the valid split with it and scoring gives.
+    data = run / "run" / "data"
+    refs = (data / "valid.de").read_text(encoding="utf-8").splitlines()
+    translations = {}
+    for alpha in sorted({0.0, 0.5, 2.0, choice["chosen"]}):
+        out = tmp_path / f"valid.{alpha}"
+        code, _, err = mtx("translate", "-m", str(tuned), "-i", str(data / "valid.en"), "-o", str(out),
+                           "--lenpen", str(alpha))
+        assert code == 0, err
+        translations[alpha] = out.read_text(encoding="utf-8").splitlines()
+        assert corpus_bleu_and_ratio(translations[alpha], refs) == pytest.approx(scores[alpha])
+    assert len({tuple(lines) for lines in translations.values()}) > 1  # α changes what this model says
+    # Without --lenpen, translate uses the stored α.
+    code, _, err = mtx("translate", "-m", str(tuned), "-i", str(data / "valid.en"), "-o", str(tmp_path / "own"))
+    assert (tmp_path / "own").read_text(encoding="utf-8").splitlines() == translations[choice["chosen"]]
+
+    # An export's model card says how α was chosen.
+    card = " ".join(model_card(tuned, checkpoint, "CTranslate2", "", []).split())
+    assert (f"Length penalty α = {choice['chosen']:g} (fairseq), chosen by `mtx average --tune-lenpen` on the 40 "
+            f"validation sentences, beam 4: BLEU {scores[choice['chosen']][0]:.2f}") in card
+
+    # The weights are the plain average's.
+    plain = tmp_path / "plain.pt"
+    assert average(run, plain)[0] == 0
+    untuned = load_checkpoint(plain)
+    assert "lenpen_choice" not in untuned and untuned["recipe"]["decode"]["lenpen"] == 1.0
+    assert all(torch.equal(untuned["model"][k], checkpoint["model"][k]) for k in untuned["model"])
+
+
+def test_a_run_that_cannot_be_tuned_is_refused_and_nothing_is_written(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tuned.pt"
+    checkpoints = run / "run" / "checkpoints"
+    greedy = tmp_path / "greedy.pt"
+    checkpoint = load_checkpoint(checkpoints / "step_60.pt")
+    checkpoint["recipe"]["decode"]["beam"] = 1
+    torch.save(checkpoint, greedy)
+    code, _, err = mtx("average", str(greedy), "-o", str(out), "--tune-lenpen")
+    assert code == 1 and "searches greedily (decode.beam = 1)" in err
+
+    # The run's data moved away: the message says where it was looked for.
+    data = run / "run" / "data"
+    moved = run / "moved-data"
+    shutil.move(data, moved)
+    try:
+        code, err = average(run, out, "--tune-lenpen")
+        assert code == 1 and f"prepared data is not at {data}" in " ".join(err.split())
+    finally:
+        shutil.move(moved, data)
+
+    # A run prepared without a valid split.
+    no_valid = json.loads((data / "manifest.json").read_text())
+    assert no_valid["splits"]["valid"]["pairs"] == 40
+    checkpoint["recipe"]["decode"]["beam"] = 4
+    checkpoint["recipe"]["run_dir"] = str(tmp_path / "other-run")
+    (tmp_path / "other-run" / "data").mkdir(parents=True)
+    no_valid["splits"].pop("valid")
+    (tmp_path / "other-run" / "data" / "manifest.json").write_text(json.dumps(no_valid))
+    elsewhere = tmp_path / "elsewhere.pt"
+    torch.save(checkpoint, elsewhere)
+    code, _, err = mtx("average", str(elsewhere), "-o", str(out), "--tune-lenpen")
+    assert code == 1 and "has none" in err and "valid split" in err
+    assert not out.exists()
