@@ -1,8 +1,8 @@
 """Choosing the length penalty's α for one model on held-out text: one beam search, every α rescored.
 
 Why per model: the α that translates best depends on how far a model has trained. bench/quality.py's small models
-run short with fairseq's α 1 after 2,000 updates (0.81 of the reference length on en-de) and reach the reference
-length with α 1.5, which overshoots after 800 updates (bench/README.md). No one value serves both, so people tune
+run short with fairseq's α 1 after 2,000 updates and reach the reference length with α 1.5, which overshoots
+after 800 updates (bench/README.md). No one value serves both, so people tune
 fairseq's `--lenpen` on a dev set; `mtx average --tune-lenpen` does it and stores the choice in the checkpoint.
 
 Why one search is enough: beam search ranks the hypotheses it extends by their log-probability alone, and the
