@@ -378,7 +378,9 @@ class Grid:
                   "chrf": round(scored["chrf"], 2), "ratio": round(scored["ratio"], 3),
                   "train_seconds": round(json.loads(seconds_file.read_text()), 1) if seconds_file.exists() else None,
                   "lenpen": self.chosen_lenpen(checkpoint) if way.tuned else way.lenpen,
-                  "run": self.run_identity(run / "checkpoints" / f"step_{budget}.pt")}
+                  "run": self.run_identity(run / "checkpoints" / f"step_{budget}.pt"),
+                  # the kernels PyTorch runs here (AVX2, AVX-512): runs trained on another kind of CPU differ
+                  "cpu": torch.backends.cpu.get_cpu_capability()}
         result_file.write_text(json.dumps(result), encoding="utf-8")
         self.keep(hypothesis, result_file)
         return result

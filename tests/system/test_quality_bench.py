@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from support import ROOT, write_pairs
 
 sys.path[:0] = [str(ROOT / "bench")]
@@ -58,6 +59,7 @@ def test_the_grid_trains_translates_and_summarises_every_row(tmp_path: Path) -> 
 
     # Each result names the training run it came from: one per (row, seed).
     assert len({r["run"] for r in runs}) == 4 and all(len(r["run"]) == 16 for r in runs)
+    assert {r["cpu"] for r in runs} == {torch.backends.cpu.get_cpu_capability()}
     tuned = [r for r in runs if r["way"] == "average/fairseq-valid"]
     assert len(tuned) == 2 and all(0 <= r["lenpen"] <= 10 and round(r["lenpen"], 1) == r["lenpen"] for r in tuned)
 
