@@ -21,19 +21,20 @@ the model had.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mtx.config.decode import MAX_LENPEN, DecodeConfig
 from mtx.decode.search import LengthPenalty
-from mtx.decode.translator import Translation, Translator
+from mtx.decode.translator import Translation, TranslationStats, Translator
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
 from mtx.score.metrics import corpus_bleu_and_ratio
 from mtx.tokenizer import Tokenizer
 
 ALPHAS = tuple(step / 10 for step in range(21))  # 0, 0.1, ..., 2: the range people tune (DecodeConfig.lenpen)
+CHUNK = 1000  # sentences translated between two reports of progress: enough for batches of similar lengths
 
 
 @dataclass(frozen=True)
@@ -84,15 +85,22 @@ def check_searchable(decode: DecodeConfig, where: str) -> None:
 
 
 def choose_lenpen(model: Transformer, tokenizer: Tokenizer, sources: Sequence[str], refs: Sequence[str],
-                  decode: DecodeConfig, batch_tokens: int = 4096, alphas: Sequence[float] = ALPHAS) -> LenpenChoice:
+                  decode: DecodeConfig, batch_tokens: int = 4096, alphas: Sequence[float] = ALPHAS,
+                  progress: Callable[[TranslationStats], None] | None = None, chunk: int = CHUNK) -> LenpenChoice:
     """The α of `alphas` and decode.lenpen (in decode.lenpen_style) under which `model` translates `sources`
     closest to `refs` by BLEU, searching as `decode` asks (its beam and length limits) over the whole vocabulary.
-    `sources` are lines as the model reads them (a prepared data folder's valid split, target tags included)."""
+    `sources` are lines as the model reads them (a prepared data folder's valid split, target tags included).
+    `progress` is told the translation's statistics after each `chunk` sentences."""
     if not sources:
         raise MtxError("There are no valid sentences to choose the length penalty on.")
     check_searchable(decode, "The model's recipe")
     searching = dataclasses.replace(decode, nbest=1, shortlist=0)
-    nbests = Translator(model, tokenizer, searching, batch_tokens, every_ending=True).translate(list(sources))
+    translator = Translator(model, tokenizer, searching, batch_tokens, every_ending=True)
+    nbests: list[list[Translation]] = []
+    for start in range(0, len(sources), chunk):
+        nbests += translator.translate(list(sources[start : start + chunk]))
+        if progress is not None:
+            progress(translator.stats)
     scores: dict[float, PenaltyScore] = {}
     trying = [*alphas, decode.lenpen]
     while trying:

@@ -128,7 +128,11 @@ class ValidToTune:
         model = prepare_model(model, choose_device(device, "--device"), "auto")
         log(f"choosing the length penalty α ({self.decode.lenpen_style}) on the {len(self.sources):,} valid "
             f"sentences of {self.data_dir}, beam {self.decode.beam}\n")
-        choice = choose_lenpen(model, tokenizer, self.sources, self.refs, self.decode)
+        shown = sys.stderr.isatty()  # the progress line, as mtx translate shows it
+        choice = choose_lenpen(model, tokenizer, self.sources, self.refs, self.decode,
+                               progress=(lambda stats: log(f"\r{stats.summary()}")) if shown else None)
+        if shown:
+            log("\n")
         log(f"{choice.table()}\ndecode.lenpen: {choice.before:g} → {choice.chosen:g}\n")
         stored = checkpoint["recipe"]
         return {**checkpoint, "recipe": {**stored, "decode": {**stored.get("decode", {}), "lenpen": choice.chosen}},

@@ -13,8 +13,10 @@ import torch
 from support import base_recipe, write_recipe
 from typer.testing import CliRunner
 
-from mtx.checkpoint import load_checkpoint
+from mtx.checkpoint import load_checkpoint, load_model
 from mtx.cli import app
+from mtx.config.decode import DecodeConfig
+from mtx.decode.lenpen_choice import choose_lenpen
 from mtx.errors import MtxError
 from mtx.export.model_card import model_card
 from mtx.score.metrics import corpus_bleu_and_ratio
@@ -51,6 +53,15 @@ def average(run: Path, out: Path, *extra: str) -> tuple[int, str]:
     return code, err
 
 
+def plain_average(run: Path, folder: Path) -> Path:
+    """The run's average without --tune-lenpen."""
+    plain = folder / "plain.pt"
+    if not plain.exists():
+        code, err = average(run, plain)
+        assert code == 0, err
+    return plain
+
+
 def test_the_chosen_alpha_is_the_best_of_what_translate_and_score_give(run: Path, tmp_path: Path) -> None:
     tuned = tmp_path / "tuned.pt"
     code, err = average(run, tuned, "--tune-lenpen", "--device", "cpu")
@@ -80,15 +91,22 @@ def test_the_chosen_alpha_is_the_best_of_what_translate_and_score_give(run: Path
     code, _, err = mtx("translate", "-m", str(tuned), "-i", str(data / "valid.en"), "-o", str(tmp_path / "own"))
     assert (tmp_path / "own").read_text(encoding="utf-8").splitlines() == translations[choice["chosen"]]
 
+    # The same choice through the Python API, translated in chunks that report progress.
+    model, tokenizer, _ = load_model(tuned)
+    reports = []
+    again = choose_lenpen(model, tokenizer, (data / "valid.en").read_text(encoding="utf-8").splitlines(), refs,
+                          DecodeConfig.of_checkpoint(load_checkpoint(plain_average(run, tmp_path))),
+                          progress=lambda stats: reports.append(stats.sentences), chunk=16)
+    assert reports == [16, 32, 40]
+    assert again.to_dict() == choice
+
     # An export's model card says how α was chosen.
     card = " ".join(model_card(tuned, checkpoint, "CTranslate2", "", []).split())
     assert (f"Length penalty α = {choice['chosen']:g} (fairseq), chosen by `mtx average --tune-lenpen` on the 40 "
             f"validation sentences, beam 4: BLEU {scores[choice['chosen']][0]:.2f}") in card
 
     # The weights are the plain average's.
-    plain = tmp_path / "plain.pt"
-    assert average(run, plain)[0] == 0
-    untuned = load_checkpoint(plain)
+    untuned = load_checkpoint(plain_average(run, tmp_path))
     assert "lenpen_choice" not in untuned and untuned["recipe"]["decode"]["lenpen"] == 1.0
     assert all(torch.equal(untuned["model"][k], checkpoint["model"][k]) for k in untuned["model"])
 
