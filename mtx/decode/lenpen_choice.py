@@ -57,9 +57,6 @@ class LenpenChoice:
     chosen: float
     scores: tuple[PenaltyScore, ...]
 
-    def score_of(self, alpha: float) -> PenaltyScore:
-        return next(s for s in self.scores if s.alpha == alpha)
-
     def to_dict(self) -> dict[str, Any]:
         """As a checkpoint stores it (`lenpen_choice`): plain values only, which `weights_only` loading reads."""
         return {**dataclasses.asdict(self), "scores": [dataclasses.asdict(s) for s in self.scores]}
