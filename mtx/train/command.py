@@ -98,7 +98,7 @@ class ValidToTune:
         from mtx.config.loading import recipe_from_dict
         from mtx.data.prepared import load_manifest
         from mtx.decode.lenpen_choice import check_searchable
-        from mtx.train.run_data import valid_text
+        from mtx.train.run_data import has_valid_split, valid_text
 
         recipe, decode = recipe_from_dict(checkpoint["recipe"]), DecodeConfig.of_checkpoint(checkpoint)
         check_searchable(decode, f"--tune-lenpen: the recipe of run {recipe.name}")
@@ -108,7 +108,7 @@ class ValidToTune:
                            f"its prepared data is not at {data_dir}, where its recipe's run_dir says: run mtx "
                            "average where the run was trained, or leave out --tune-lenpen.")
         manifest = load_manifest(data_dir)
-        if not manifest["splits"].get("valid", {}).get("pairs"):
+        if not has_valid_split(manifest):
             raise MtxError(f"--tune-lenpen translates the valid split of the checkpoints' run, and {data_dir} has "
                            "none: add one to the recipe's data.source and run `mtx prepare` again, or leave out "
                            "--tune-lenpen.")

@@ -211,7 +211,7 @@ def load_valid_set(recipe: Recipe, manifest: dict[str, Any], data_dir: Path) -> 
     past train.max_tokens for a pair that needs it, so that the valid loss is over the same pairs whatever the
     token budget."""
     cfg = recipe.train
-    has_valid = manifest["splits"].get("valid", {}).get("pairs", 0) > 0
+    has_valid = has_valid_split(manifest)
     if cfg.patience is not None and not has_valid:
         raise MtxError("train.patience is set but the prepared data has no valid split to validate on: add "
                        "one to data.source and run `mtx prepare` again, or unset train.patience.")
@@ -222,6 +222,11 @@ def load_valid_set(recipe: Recipe, manifest: dict[str, Any], data_dir: Path) -> 
     budget = max(cfg.max_tokens, int(pair_costs(split.src_lens, split.tgt_lens)[usable].max(initial=1)))
     batches = make_batches(split.src_lens, split.tgt_lens, budget, recipe.seed, keep=usable)
     return ValidSet(split, batches, *valid_text(recipe.data, manifest, data_dir, cfg.valid_max_sentences))
+
+
+def has_valid_split(manifest: dict[str, Any]) -> bool:
+    """Whether the prepared data (its manifest) has a valid split with pairs in it."""
+    return manifest["splits"].get("valid", {}).get("pairs", 0) > 0
 
 
 def valid_text(data: DataConfig, manifest: dict[str, Any], data_dir: Path, most: int | None = None
