@@ -541,7 +541,8 @@ def summary(grid: Grid) -> str:
                 "lenpen_each": [r.get("lenpen") for r in runs], "p_bleu": p}
         print(json.dumps(line), flush=True)
         # Only a tuned way's α varies by run (and results recorded before the grid had one hold no "lenpen").
-        chosen = " (α " + ", ".join(f"{r['lenpen']:g}" for r in runs) + ")" if way.endswith("-valid") else ""
+        tuned = any(w.tuned and w.name == way for w in WAYS)
+        chosen = " (α " + ", ".join(f"{r['lenpen']:g}" for r in runs) + ")" if tuned else ""
         lines.append(f"| {pair} | {budget:,} | {row} | {way}{chosen} | {len(runs)} | "
                      f"{spread([r['bleu'] for r in runs], 2)} | "
                      f"{spread([r['chrf'] for r in runs], 2)} | {spread([r['ratio'] for r in runs], 3)} | "
