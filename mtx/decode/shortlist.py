@@ -30,6 +30,7 @@ from torch import Tensor
 
 from mtx.data.lexicon import Lexicon
 from mtx.decode.search import DecoderCache, IncrementalDecoder
+from mtx.model import fast_paths
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD
 
@@ -113,10 +114,11 @@ def union_projection(model: Transformer, union: Tensor) -> Callable[[Tensor], Te
     """The output layer over the tokens `union` alone (their rows of the output matrix), in the model's own
     format. An int8 model (`--dtype int8`) projects with a dynamically quantised Linear: its int8 rows of those
     tokens are taken as they are, at the same scale, so each logit is the one its whole-vocabulary projection
-    gives, at the int8 speed the shortlist is asked for on top of (bench/README.md)."""
+    gives, at the int8 speed the shortlist is asked for on top of (bench/README.md). A float model's rows are
+    stored transposed, as a CPU multiplies them fastest (`fast_paths.store_weights_transposed`)."""
     quantized = model.output_proj
     if not isinstance(quantized, torch.ao.nn.quantized.dynamic.Linear):
-        weight = model.output_weight.index_select(0, union)  # (U, D)
+        weight = fast_paths.transposed_layout(model.output_weight.index_select(0, union))  # (U, D)
         return lambda hidden: F.linear(hidden, weight)
     rows = torch.ao.nn.quantized.dynamic.Linear(quantized.in_features, len(union), bias_=False, dtype=torch.qint8)
     rows.set_weight_bias(quantized.weight().index_select(0, union), None)

@@ -97,3 +97,26 @@ def tied_projection(h: Tensor, weight: Tensor) -> Tensor:
         return F.linear(h, weight)
     rows = max(1, SLICE_BYTES // (weight.shape[1] * weight.element_size()))
     return torch.cat([F.linear(h, weight[i : i + rows]) for i in range(0, weight.shape[0], rows)], dim=-1)
+
+
+# ------------------------------------------------------------------------- the weights' layout for inference
+
+
+def transposed_layout(weight: Tensor) -> Tensor:
+    """`weight`'s values, stored transposed: a (out, in) view of a contiguous (in, out) tensor."""
+    return weight.detach().t().contiguous().t()
+
+
+def store_weights_transposed(model: nn.Module) -> None:
+    """Store every nn.Linear's weight transposed, in place: the same values, read by the same `F.linear`.
+
+    `F.linear(x, W)` computes x · Wᵀ. With W as training leaves it, row-major (out, in), MKL's single-precision
+    GEMM first copies Wᵀ into blocks of its own at every call, and a decoding step makes dozens of such calls
+    on a few rows each; with Wᵀ itself contiguous, MKL multiplies the weights where they are. A decoding model
+    on a CPU is stored this way once (`mtx.decode.translator.prepare_model`); training keeps the layout its
+    optimizer state follows. A weight shared with an embedding (the output projection's, once a module of its
+    own) gets a transposed copy, as looking up rows of a transposed matrix would read a whole column each.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and not module.weight.t().is_contiguous():
+            module.weight = nn.Parameter(transposed_layout(module.weight), requires_grad=False)

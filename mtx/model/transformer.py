@@ -276,11 +276,15 @@ class DecoderState:
               output once. The rows are grouped by sentence, N / B consecutive rows each (a sentence's beams).
     memory_mask: (B, 1, 1, S) True where a source position may be attended (None: no padding).
     step:     how many target positions are cached, which is also the position of the next token.
-    spare:    a second self-attention buffer: `reorder` gathers into it and the two swap, so beam search
-              reorders with one copy of the filled positions and no allocation.
+    spare:    a second self-attention buffer: when the rows grow or shrink, `reorder` gathers into it and
+              the two swap, so beam search drops its complete sentences with one copy of the filled positions
+              and no allocation.
     attention_layer, attention: with a layer (0-based), each step leaves that decoder layer's cross-attention
               weights of every row, heads averaged, in `attention` (N, S): what word alignment needs, computed
               by the layer's own attention as it decodes (mtx.decode.alignment).
+    slots:    (N,) the row of `self_kv` that holds each row's cache (None: its own). A beam step that keeps
+              every sentence leaves most rows' caches where they are (`reorder`), so the rows are decoded in
+              the order their caches lie in, and handed back in the search's order.
 
     A state is owned by one search: `decode_step` writes into it and `reorder` recycles its buffer, so after
     either call only the returned state is valid.
@@ -293,6 +297,7 @@ class DecoderState:
     spare: Tensor | None = None
     attention_layer: int | None = None
     attention: Tensor | None = None
+    slots: Tensor | None = None
 
     @property
     def max_len(self) -> int:
@@ -309,17 +314,42 @@ class DecoderState:
         count, kept = rows.numel(), self.cross_kv.shape[2] if sentences is None else sentences.numel()
         if count % kept:
             raise ValueError(f"{count} rows cannot be grouped evenly into {kept} sentences")
+        held = rows if self.slots is None else self.slots[rows]  # where each kept row's cache is
+        if sentences is None and count == self.self_kv.shape[2]:
+            return self._move_only_the_rows_that_change(held)
         if self.spare is not None and self.spare.shape[2] >= count:
             target = self.spare[:, :, :count]
         else:
             target = self.self_kv.new_empty(self.self_kv.shape[:2] + (count,) + self.self_kv.shape[3:])
         filled = (slice(None),) * 4 + (slice(0, self.step),)
-        torch.index_select(self.self_kv[filled], 2, rows, out=target[filled])
+        torch.index_select(self.self_kv[filled], 2, held, out=target[filled])
         if sentences is None:
             return DecoderState(target, self.cross_kv, self.memory_mask, self.step, self.self_kv, self.attention_layer)
         mask = None if self.memory_mask is None else self.memory_mask.index_select(0, sentences)
         return DecoderState(target, self.cross_kv.index_select(2, sentences), mask, self.step, self.self_kv,
                             self.attention_layer)
+
+    def _move_only_the_rows_that_change(self, held: Tensor) -> DecoderState:
+        """The same rows and sentences, row i's cache now the one at `held[i]`: a beam step's reorder.
+
+        Copying every row's cache into a new order reads and writes the whole cache at every step. Instead, the
+        first row to continue each cache keeps it where it is, and only a second continuation of one (a beam
+        that two new beams extend) is copied, into the place of a cache no row continues. A sentence has as
+        many of those as it has second continuations, within its own rows, so its rows stay its own (what
+        cross-attention's grouping needs); `slots` records where each row's cache now is.
+        """
+        count = held.numel()
+        order = torch.arange(count, device=held.device)
+        first = torch.full_like(held, count).scatter_reduce_(0, held, order, "amin")  # first row to continue each
+        copies = (first[held] != order).nonzero().squeeze(1)
+        slots = held
+        if copies.numel():
+            unclaimed = (first == count).nonzero().squeeze(1)  # in row order, as `copies` is: sentence by sentence
+            filled = self.self_kv[(slice(None),) * 4 + (slice(0, self.step),)]
+            filled.index_copy_(2, unclaimed, filled.index_select(2, held[copies]))
+            slots = held.index_put((copies,), unclaimed)
+        return DecoderState(self.self_kv, self.cross_kv, self.memory_mask, self.step, self.spare, self.attention_layer,
+                            slots=slots)
 
 
 # ------------------------------------------------------------------------------------------- the model
@@ -345,7 +375,7 @@ class Transformer(nn.Module):
         pre = cfg.norm == "pre"
         self.encoder_norm = LayerNorm(d) if pre else nn.Identity()
         self.decoder_norm = LayerNorm(d) if pre else nn.Identity()
-        # The output projection as a module of its own, once `make_output_projection_quantizable` made it one.
+        # The output projection as a module of its own, once `make_output_projection_a_module` made it one.
         self.output_proj: nn.Linear | None = None
         self.reset_parameters()
 
@@ -442,11 +472,11 @@ class Transformer(nn.Module):
             return self.output_proj(h)
         return fast_paths.tied_projection(h, self.output_weight)  # = F.linear(h, self.output_weight)
 
-    def make_output_projection_quantizable(self) -> None:
+    def make_output_projection_a_module(self) -> None:
         """Give the output projection a module of its own: an nn.Linear (D → V, no bias) whose weight is E itself,
-        not a copy. Conversions that apply to modules, as `torch.ao.quantization.quantize_dynamic` turning every
-        nn.Linear into int8 (`mtx translate --dtype int8`, CPUs only), then reach it too: the projection gets an
-        int8 copy of E while the embedding lookups keep reading E."""
+        not a copy. Conversions that apply to modules then reach it too, and give it a copy of E in their own
+        format while the embedding lookups keep reading E: int8 quantisation (`mtx translate --dtype int8`)
+        an int8 copy, the CPU's float32 inference layout (`fast_paths.store_weights_transposed`) a transposed one."""
         projection = nn.Linear(self.cfg.d_model, self.vocab_size, bias=False, device="meta")
         projection.weight = self.output_weight
         self.output_proj = projection
@@ -467,8 +497,9 @@ class Transformer(nn.Module):
     def state_bytes(self, rows: int, sentences: int, source_len: int, max_len: int) -> int:
         """The bytes `init_state` and the search's reorders take for `sentences` sentences of up to `source_len`
         tokens decoded as `rows` rows (their beams or samples) for up to `max_len` positions: every row's
-        self-attention cache and the spare that `DecoderState.reorder` swaps with it, and every sentence's
-        cross-attention cache (never copied for its rows). What a search checks before it allocates."""
+        self-attention cache and the spare of at most as many rows that `DecoderState.reorder` gathers into
+        when the rows grow or shrink, and every sentence's cross-attention cache (never copied for its rows).
+        At most what the state holds; what a search checks before it allocates."""
         per_position = self.tgt_embed.weight.element_size() * len(self.decoder_layers) * 2 * self.cfg.d_model
         return per_position * (2 * rows * max_len + sentences * source_len)
 
@@ -482,11 +513,17 @@ class Transformer(nn.Module):
         tokens than the vocabulary (mtx.decode.shortlist)."""
         if state.step >= state.max_len:
             raise SequenceTooLongError(f"The decoder state holds {state.max_len} positions; all are used.")
+        if state.slots is not None:  # decode the rows in the order of their caches (DecoderState.slots)
+            prev = prev.new_empty(prev.shape).index_copy_(0, state.slots, prev)
         x = self.embed(self.tgt_embed, prev.unsqueeze(1), start=state.step)
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, i, state)
         state.step += 1
-        return self.decoder_norm(x).squeeze(1), state
+        hidden = self.decoder_norm(x).squeeze(1)
+        if state.slots is not None:  # back in the search's order
+            hidden = hidden[state.slots]
+            state.attention = None if state.attention is None else state.attention[state.slots]
+        return hidden, state
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from mtx.model.fast_paths import (
     FEW_QUERIES,
@@ -10,6 +11,7 @@ from mtx.model.fast_paths import (
     Dropout,
     attention,
     explicit_attention,
+    store_weights_transposed,
     tied_projection,
 )
 
@@ -99,3 +101,26 @@ def test_sliced_output_projection_equals_one_matmul(dtype: torch.dtype) -> None:
         h = torch.randn(shape, generator=g).to(dtype)
         with torch.no_grad():
             torch.testing.assert_close(tied_projection(h, weight), F.linear(h, weight))
+
+
+# ------------------------------------------------------------------------- the weights' layout for inference
+
+
+def test_weights_stored_transposed_keep_their_values_and_products() -> None:
+    """Every nn.Linear's weight is stored transposed (its transpose contiguous) with the same values, so each
+    layer's output is unchanged; a weight the module shares with an embedding is copied, and the embedding keeps
+    reading its own row-major matrix."""
+    g = torch.Generator().manual_seed(2)
+    embedding = nn.Embedding(50, 16)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16), nn.Linear(16, 50, bias=False))
+    model[3].weight = embedding.weight  # tied, as the output projection is
+    x = torch.randn(7, 16, generator=g)
+    with torch.no_grad():
+        before, weights = model(x), [m.weight.clone() for m in model if isinstance(m, nn.Linear)]
+        store_weights_transposed(model)
+        after = model(x)
+    for module, weight in zip([m for m in model if isinstance(m, nn.Linear)], weights, strict=True):
+        assert module.weight.t().is_contiguous() and not module.weight.is_contiguous()
+        assert torch.equal(module.weight, weight)
+    assert model[3].weight.data_ptr() != embedding.weight.data_ptr() and embedding.weight.is_contiguous()
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)

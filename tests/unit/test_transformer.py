@@ -1,7 +1,6 @@
 """Invariants of the Transformer: sizes, incremental decoding, causality, padding."""
 
 import copy
-import itertools
 
 import pytest
 import torch
@@ -10,7 +9,13 @@ from support import TINY_VOCAB, tiny_model
 
 from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.decode.translator import prepare_model
-from mtx.model.transformer import SequenceTooLongError, Transformer, count_parameters, count_parameters_for
+from mtx.model.transformer import (
+    DecoderState,
+    SequenceTooLongError,
+    Transformer,
+    count_parameters,
+    count_parameters_for,
+)
 
 
 def batch(seed: int = 1, lengths: tuple[int, ...] = (7, 4, 9)) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,15 +157,16 @@ def test_dropout_only_in_training() -> None:
 def test_repeated_reorders_grow_shrink_and_recycle_buffers() -> None:
     """Beam search reorders every step, expands the batch at the start and shrinks it as sentences finish.
 
-    Every row is fed its own tokens, so a row that inherited the wrong parent's cache would show. Once a state
-    holds a spare buffer big enough, a reorder gathers into it rather than allocating: after the grow and the
-    first reorder at four rows, the states take turns between the same two buffers, shrinking included. Every
-    state is kept alive, so a freshly allocated buffer could not reuse a freed one's address.
+    Every row is fed its own tokens, so a row that inherited the wrong parent's cache would show. A step that
+    keeps every sentence moves no cache but the second continuations of one (`slots` says where each row's
+    cache is), in the same buffer; the grow and the shrink gather into the spare buffer once it is big enough,
+    rather than allocating. Every state is kept alive, so a freshly allocated buffer could not reuse a freed
+    one's address.
     """
     model = tiny_model()
     src, src_pad = batch(lengths=(6, 3))
     g = torch.Generator().manual_seed(8)
-    states = []
+    states, caches = [], []
     with torch.no_grad():
         state = model.init_state(model.encode(src, src_pad), src_pad, max_len=8)
         history = torch.randint(4, TINY_VOCAB, (2, 1), generator=g)
@@ -171,6 +177,7 @@ def test_repeated_reorders_grow_shrink_and_recycle_buffers() -> None:
         for idx in ([1, 0, 3, 2], [0, 0, 2, 3], [1, 1, 3, 2]):
             token = torch.randint(4, TINY_VOCAB, (4,), generator=g)
             model.decode_step(token, state)
+            caches.append(state.self_kv[:, :, :, :, : state.step].clone())
             idx = torch.tensor(idx)
             state = state.reorder(idx)  # among the beams of each sentence
             states.append(state)
@@ -187,12 +194,16 @@ def test_repeated_reorders_grow_shrink_and_recycle_buffers() -> None:
     def buffer(t: torch.Tensor) -> int:
         return t.untyped_storage().data_ptr()
 
-    # states[0] is the grow (a new buffer: the initial one has two rows); states[1] finds that two-row buffer
-    # as its spare, too small, and allocates the second one; from states[2] on, each reorder recycles.
-    for before, after in itertools.pairwise(states[1:]):
-        assert buffer(after.self_kv) == buffer(before.spare)
-        assert buffer(after.spare) == buffer(before.self_kv)
-    assert len({buffer(s.self_kv) for s in states}) == 2
+    grown, steps, shrunk = states[0], states[1:4], states[4]
+    assert grown.slots is None and shrunk.slots is None  # a gather leaves each row's cache at its own row
+    assert all(buffer(s.self_kv) == buffer(grown.self_kv) for s in steps)
+    assert steps[0].slots.tolist() == [1, 0, 3, 2]  # a permutation: every cache stays where it was, none copied
+    assert torch.equal(caches[1][..., : caches[0].shape[4], :], caches[0])
+    # [0, 0, 2, 3] where the permutation left the rows: the second continuation of cache 1 is copied into the
+    # place of cache 0, which no row continues
+    assert steps[1].slots.tolist() == [1, 0, 3, 2]
+    assert torch.equal(caches[2][:, :, 0, :, : caches[1].shape[4]], caches[1][:, :, 1])
+    assert buffer(shrunk.self_kv) == buffer(grown.spare)
 
 
 def test_int8_output_projection_multiplies_by_the_dequantized_matrix() -> None:
@@ -217,7 +228,7 @@ def test_int8_output_projection_multiplies_by_the_dequantized_matrix() -> None:
 
 
 def test_a_quantizable_output_projection_is_the_embedding_matrix_itself() -> None:
-    """`make_output_projection_quantizable` gives the projection an nn.Linear that shares the embedding's
+    """`make_output_projection_a_module` gives the projection an nn.Linear that shares the embedding's
     parameter (no copy) and computes the same logits, h · Eᵀ."""
     model = tiny_model()
     src, src_pad = batch()
@@ -225,7 +236,7 @@ def test_a_quantizable_output_projection_is_the_embedding_matrix_itself() -> Non
     with torch.no_grad():
         states = model(src, src_pad, tgt_in)
         before = model.output_logits(states)
-        model.make_output_projection_quantizable()
+        model.make_output_projection_a_module()
         after = model.output_logits(states)
     assert model.output_proj.weight is model.tgt_embed.weight is model.output_weight
     assert model.output_proj.bias is None
@@ -234,13 +245,48 @@ def test_a_quantizable_output_projection_is_the_embedding_matrix_itself() -> Non
 
 
 def test_state_bytes_are_what_a_search_s_decoder_state_holds() -> None:
-    """The figure a search checks memory by (`state_bytes`) is the state it then allocates: the rows' cache, the
-    spare that a reorder swaps in, and each sentence's cross-attention cache."""
+    """The figure a search checks memory by (`state_bytes`) is the most its state holds: the rows' cache, a
+    second buffer of at most as many rows that a grow or a shrink gathers into, and each sentence's
+    cross-attention cache; a beam step moves caches within the rows' own buffer."""
     model = tiny_model()
     src, src_pad = batch(lengths=(7, 4, 9))
     beams, max_len = 4, 11
+    expected = model.state_bytes(3 * beams, 3, src.shape[1], max_len)
+
+    def held(state: DecoderState) -> int:
+        return sum(t.numel() * t.element_size() for t in (state.self_kv, state.spare, state.cross_kv))
+
     state = model.init_state(model.encode(src, src_pad), src_pad, max_len)
     state = state.reorder(torch.arange(3).repeat_interleave(beams))  # each sentence grown into its beams
-    state = state.reorder(torch.arange(3 * beams).flip(0).view(3, beams).flip(0).flatten())  # beams moved
-    held = sum(t.numel() * t.element_size() for t in (state.self_kv, state.spare, state.cross_kv))
-    assert model.state_bytes(3 * beams, 3, src.shape[1], max_len) == held
+    rows_cache = state.self_kv.numel() * state.self_kv.element_size()
+    assert 2 * rows_cache + state.cross_kv.numel() * state.cross_kv.element_size() == expected
+    assert held(state) <= expected
+    state = state.reorder(torch.tensor([0, 0, 1, 2, 5, 4, 4, 7, 8, 9, 10, 11]))  # beams moved
+    assert held(state) <= expected
+    state = state.reorder(torch.arange(4, 12), torch.tensor([1, 2]))  # the first sentence complete
+    assert held(state) <= expected
+
+
+def test_a_cpu_decoding_model_stores_its_weights_transposed_and_decodes_the_same() -> None:
+    """prepare_model's fp32 on a CPU stores every weight transposed, the output projection's as a copy beside
+    the embedding's (which lookups keep reading row-major), and decodes what the model as trained decodes: the
+    same log-probabilities at every step, and the same beam search output."""
+    from mtx.decode.search import Constraints, LengthPenalty, beam_search
+
+    trained = tiny_model().eval()
+    prepared = prepare_model(copy.deepcopy(trained), torch.device("cpu"), "fp32")
+    linears = [m for m in prepared.modules() if isinstance(m, torch.nn.Linear)]
+    assert prepared.output_proj in linears and all(m.weight.t().is_contiguous() for m in linears)
+    assert prepared.tgt_embed.weight.is_contiguous()
+    assert prepared.output_proj.weight.data_ptr() != prepared.tgt_embed.weight.data_ptr()
+    src, src_pad = batch()
+    with torch.no_grad():
+        states = [m.init_state(m.encode(src, src_pad), src_pad, max_len=5) for m in (trained, prepared)]
+        prev = torch.full((3,), 1)
+        for _ in range(5):
+            (a, states[0]), (b, states[1]) = trained.decode_step(prev, states[0]), prepared.decode_step(prev, states[1])
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+            prev = a.argmax(dim=-1)
+    constraints, penalty = Constraints(torch.full((3,), 8)), LengthPenalty(0.6)
+    searched = [beam_search(m, src, src_pad, constraints, penalty, beam=3) for m in (trained, prepared)]
+    assert [[h.tokens for h in n] for n in searched[0]] == [[h.tokens for h in n] for n in searched[1]]
