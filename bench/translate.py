@@ -11,7 +11,8 @@ EOS, so its 31st token is free). Sentences/s and tokens/s (30 per sentence) are 
 
   mtx fp32 / int8      `mtx.decode.search.search` on token tensors, the batches spread over the threads as
                        `mtx translate` spreads them (`mtx.decode.translator.batches_at_once`: two batches at a time
-                       on one thread each); int8 is `mtx.decode.translator.prepare_model(..., "int8")`
+                       on one thread each), the model as `mtx translate` prepares it
+                       (`mtx.decode.translator.prepare_model(..., "fp32" / "int8")`)
   marian fp32          `MarianMTModel.generate` (SDPA attention) holding mtx's weights, one batch at a time
   ct2 fp32 / int8      CTranslate2's Translator on mtx's weights (mtx.export.ctranslate2; compute_type float32 / int8),
                        one batch at a time on both threads (inter_threads 1, intra_threads 2)
@@ -104,7 +105,7 @@ def main() -> None:
     model = build_model(args.preset, args.vocab).eval()
     batches = length_sorted_batches(args.sentences, args.batch, args.vocab)
     systems: dict[str, Decoder] = {
-        "mtx.fp32": mtx_decoder(model, batches, args),
+        "mtx.fp32": mtx_decoder(prepare_model(copy.deepcopy(model), torch.device("cpu"), "fp32"), batches, args),
         "mtx.int8": mtx_decoder(prepare_model(copy.deepcopy(model), torch.device("cpu"), "int8"), batches, args),
     }
     with tempfile.TemporaryDirectory() as workdir:
@@ -301,10 +302,10 @@ def compare_trained(args: argparse.Namespace) -> None:
     args.vocab = model.vocab_size
     batches = test_batches(args, tokenizer)
     shortlist = Shortlist(lexicon, args.shortlist, args.frequent)
-    int8 = prepare_model(copy.deepcopy(model), torch.device("cpu"), "int8")
+    fp32, int8 = (prepare_model(copy.deepcopy(model), torch.device("cpu"), dtype) for dtype in ("fp32", "int8"))
     systems: dict[str, Decoder] = {
-        "mtx.fp32": mtx_decoder(model, batches, args),
-        "mtx.fp32.shortlist": mtx_decoder(model, batches, args, shortlist),
+        "mtx.fp32": mtx_decoder(fp32, batches, args),
+        "mtx.fp32.shortlist": mtx_decoder(fp32, batches, args, shortlist),
         "mtx.int8": mtx_decoder(int8, batches, args),
         "mtx.int8.shortlist": mtx_decoder(int8, batches, args, shortlist),
     }

@@ -167,6 +167,8 @@ class LayerNorm(nn.LayerNorm):
     """
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == self.weight.dtype == torch.float32:  # nothing to convert: a decoding step's calls are short
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
         weight, bias = self.weight.float(), self.bias.float()  # no-ops unless the whole model was cast
         return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps).to(x.dtype)
 
@@ -239,11 +241,11 @@ class DecoderLayer(nn.Module):
         t = state.step
 
         def self_attend(h: Tensor) -> Tensor:
-            q, k, v = self.self_attn.project_qkv(h)
-            state.self_kv[layer, 0, :, :, t : t + 1] = k
-            state.self_kv[layer, 1, :, :, t : t + 1] = v
-            keys, values = state.self_kv[layer, 0, :, :, : t + 1], state.self_kv[layer, 1, :, :, : t + 1]
-            return self.self_attn.attend(q, keys, values)
+            attn = self.self_attn
+            qkv = attn.qkv_proj(h).view(h.shape[0], 3, attn.heads, 1, attn.head_dim)  # (N, Q/K/V, H, 1, Dh)
+            state.self_kv[layer, :, :, :, t].copy_(qkv[:, 1:, :, 0].transpose(0, 1))  # this position's K and V
+            cached = state.self_kv[layer, :, :, :, : t + 1]
+            return attn.attend(qkv[:, 0], cached[0], cached[1])
 
         def cross_attend(h: Tensor) -> Tensor:
             # A sentence's rows (its beams) share its encoder output, so the cache holds one copy of its keys
