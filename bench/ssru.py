@@ -59,13 +59,18 @@ class SSRUSublayer(nn.Module):
 @dataclass
 class SSRUState:
     """The decoder state of the SSRU model: mtx's (its cross-attention cache and position; a self-attention cache
-    of no layers) and one cell per decoder layer, reordered with the rows."""
+    of no layers) and one cell per decoder layer, reordered with the rows. The decoder computes its rows in the
+    order of the inner state's `slots`, so the cells are kept in that order too."""
 
     inner: DecoderState
     cells: list[Tensor]
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> SSRUState:
-        return SSRUState(self.inner.reorder(rows, sentences), [c.index_select(0, rows) for c in self.cells])
+        held = rows if self.inner.slots is None else self.inner.slots[rows]  # each kept row's cells
+        inner = self.inner.reorder(rows, sentences)
+        slots = torch.arange(rows.numel()) if inner.slots is None else inner.slots  # where they go
+        return SSRUState(inner, [c.new_empty((rows.numel(),) + c.shape[1:]).index_copy_(0, slots, c[held])
+                                 for c in self.cells])
 
 
 class SSRUDecoder:

@@ -55,9 +55,9 @@ class DecoderCache(Protocol):
 
     def reorder(self: CacheT, rows: Tensor, sentences: Tensor | None = None) -> CacheT:
         """Keep the rows `rows` (R,), in that order, and the sentences `sentences` (None: all of them, as they
-        are). `rows` must leave each kept sentence the same number of consecutive rows, in the order of
-        `sentences`. Search grows each sentence's one row into its beams (each row repeated K times), moves
-        rows among the beams of a sentence, and drops the sentences that are complete.
+        are), each at most once. `rows` must leave each kept sentence the same number of consecutive rows of
+        its own, in the order of `sentences`. Search grows each sentence's one row into its beams (each row
+        repeated K times), moves rows among the beams of a sentence, and drops the sentences that are complete.
         """
         ...
 

@@ -275,20 +275,19 @@ class DecoderState:
     self_kv:  (L, 2, N, H, max_len, Dh) self-attention keys/values of N rows, preallocated and written at
               `step`, so each step costs one write instead of a concatenation that copies the whole cache.
     cross_kv: (L, 2, B, H, S, Dh) cross-attention keys/values of the B sentences, projected from the encoder
-              output once. The rows are grouped by sentence, N / B consecutive rows each (a sentence's beams).
-    memory_mask: (B, 1, 1, S) True where a source position may be attended (None: no padding).
+              output once. The rows of `self_kv` are grouped by sentence, N / B consecutive rows each (a
+              sentence's beams): its b-th group holds the rows of the sentence of `cross_kv[:, :, b]`.
+    memory_mask: (B, 1, 1, S) True where a source position may be attended (None: no padding), in the order of
+              `cross_kv`.
     step:     how many target positions are cached, which is also the position of the next token.
-    spare:    a second self-attention buffer: when the rows grow or shrink, `reorder` gathers into it and
-              the two swap, so beam search drops its complete sentences with one copy of the filled positions
-              and no allocation.
     attention_layer, attention: with a layer (0-based), each step leaves that decoder layer's cross-attention
               weights of every row, heads averaged, in `attention` (N, S): what word alignment needs, computed
               by the layer's own attention as it decodes (mtx.decode.alignment).
-    slots:    (N,) the row of `self_kv` that holds each row's cache (None: its own). A beam step that keeps
-              every sentence leaves most rows' caches where they are (`reorder`), so the rows are decoded in
-              the order their caches lie in, and handed back in the search's order.
+    slots:    (N,) the row of `self_kv` that holds each row's cache (None: its own). `reorder` leaves caches
+              where they are wherever it can, so the rows are decoded in the order their caches lie in, and
+              handed back in the search's order.
 
-    A state is owned by one search: `decode_step` writes into it and `reorder` recycles its buffer, so after
+    A state is owned by one search: `decode_step` writes into it and `reorder` moves caches within it, so after
     either call only the returned state is valid.
     """
 
@@ -296,7 +295,6 @@ class DecoderState:
     cross_kv: Tensor
     memory_mask: Tensor | None
     step: int = 0
-    spare: Tensor | None = None
     attention_layer: int | None = None
     attention: Tensor | None = None
     slots: Tensor | None = None
@@ -310,48 +308,66 @@ class DecoderState:
 
         Beam search grows each sentence's row into its beams (`rows` repeats each row K times), moves rows
         among the beams of a sentence, and drops the sentences that are complete: `rows` must leave each kept
-        sentence with the same number of consecutive rows, in the order of `sentences`. Only the rows' own
-        cache is copied; a sentence's cross-attention cache is never duplicated for its beams.
+        sentence, once, with the same number of consecutive rows of its own, in the order of `sentences`. Only
+        the rows' own cache is copied; a sentence's cross-attention cache is never duplicated for its beams.
         """
         count, kept = rows.numel(), self.cross_kv.shape[2] if sentences is None else sentences.numel()
         if count % kept:
             raise ValueError(f"{count} rows cannot be grouped evenly into {kept} sentences")
+        if sentences is not None and bool((torch.bincount(sentences) > 1).any()):
+            raise ValueError("a sentence cannot be kept more than once: its rows continue its caches in place")
         held = rows if self.slots is None else self.slots[rows]  # where each kept row's cache is
-        if sentences is None and count == self.self_kv.shape[2]:
-            return self._move_only_the_rows_that_change(held)
-        if self.spare is not None and self.spare.shape[2] >= count:
-            target = self.spare[:, :, :count]
-        else:
-            target = self.self_kv.new_empty(self.self_kv.shape[:2] + (count,) + self.self_kv.shape[3:])
+        before = self.self_kv.shape[2] // self.cross_kv.shape[2]  # rows a sentence
+        if count // kept == before:
+            return self._move_only_what_must_move(held, kept)
+        # The rows grow into beams: a new cache, gathered.
         filled = (slice(None),) * 4 + (slice(0, self.step),)
+        target = self.self_kv.new_empty(self.self_kv.shape[:2] + (count,) + self.self_kv.shape[3:])
         torch.index_select(self.self_kv[filled], 2, held, out=target[filled])
-        if sentences is None:
-            return DecoderState(target, self.cross_kv, self.memory_mask, self.step, self.self_kv, self.attention_layer)
-        mask = None if self.memory_mask is None else self.memory_mask.index_select(0, sentences)
-        return DecoderState(target, self.cross_kv.index_select(2, sentences), mask, self.step, self.self_kv,
-                            self.attention_layer)
+        if sentences is None and self.slots is None:  # every sentence's caches in their own place
+            return DecoderState(target, self.cross_kv, self.memory_mask, self.step, self.attention_layer)
+        group = held.view(kept, -1)[:, 0] // before
+        mask = None if self.memory_mask is None else self.memory_mask.index_select(0, group)
+        return DecoderState(target, self.cross_kv.index_select(2, group), mask, self.step, self.attention_layer)
 
-    def _move_only_the_rows_that_change(self, held: Tensor) -> DecoderState:
-        """The same rows and sentences, row i's cache now the one at `held[i]`: a beam step's reorder.
+    def _move_only_what_must_move(self, held: Tensor, kept: int) -> DecoderState:
+        """The `kept` sentences whose rows continue the caches at `held` (K = held / kept rows each, as before).
 
-        Copying every row's cache into a new order reads and writes the whole cache at every step. Instead, the
-        first row to continue each cache keeps it where it is, and only a second continuation of one (a beam
-        that two new beams extend) is copied, into the place of a cache no row continues. A sentence has as
-        many of those as it has second continuations, within its own rows, so its rows stay its own (what
-        cross-attention's grouping needs); `slots` records where each row's cache now is.
+        Copying every row's cache into the search's new order would read and write the whole cache at every
+        step. Instead caches stay where they are, and `slots` records where each row's is. Only two kinds of
+        row move: a second continuation of one cache (a beam that two new beams extend), copied into the place
+        of a cache that no row continues, in its own sentence's group; and, when sentences are dropped, the
+        groups of the kept sentences beyond the first `kept` groups, copied into the groups the dropped ones
+        leave there, with their cross-attention caches. What is copied never overwrites what is read.
         """
-        count = held.numel()
+        count, beams = held.numel(), held.numel() // kept
         order = torch.arange(count, device=held.device)
-        first = torch.full_like(held, count).scatter_reduce_(0, held, order, "amin")  # first row to continue each
-        copies = (first[held] != order).nonzero().squeeze(1)
-        slots = held
-        if copies.numel():
-            unclaimed = (first == count).nonzero().squeeze(1)  # in row order, as `copies` is: sentence by sentence
+        group = held.view(kept, beams)[:, 0] // beams  # each kept sentence's group, where its caches are
+        target = group.clone()  # the group each kept sentence will have, among the first `kept`
+        moved = (group >= kept).nonzero().squeeze(1)
+        if moved.numel():
+            free = torch.ones(kept, dtype=torch.bool, device=held.device)
+            free[group[group < kept]] = False
+            target[moved] = free.nonzero().squeeze(1)
+        # The first row to continue each cache keeps its place in the group; a second takes an unclaimed one.
+        first = torch.full((self.self_kv.shape[2],), count, device=held.device).scatter_reduce_(0, held, order, "amin")
+        second = first[held] != order
+        place = held % beams
+        claimed = torch.zeros(kept, beams, dtype=torch.bool, device=held.device)
+        claimed.view(-1)[(order // beams * beams + place)[~second]] = True
+        place[second] = (~claimed).nonzero()[:, 1]  # sentence by sentence, as `second` is
+        slots = target.repeat_interleave(beams) * beams + place
+        copied = (slots != held).nonzero().squeeze(1)
+        self_kv = self.self_kv[:, :, : count]
+        cross_kv, mask = self.cross_kv[:, :, :kept], None if self.memory_mask is None else self.memory_mask[:kept]
+        if copied.numel():
             filled = self.self_kv[(slice(None),) * 4 + (slice(0, self.step),)]
-            filled.index_copy_(2, unclaimed, filled.index_select(2, held[copies]))
-            slots = held.index_put((copies,), unclaimed)
-        return DecoderState(self.self_kv, self.cross_kv, self.memory_mask, self.step, self.spare, self.attention_layer,
-                            slots=slots)
+            filled.index_copy_(2, slots[copied], filled.index_select(2, held[copied]))
+        if moved.numel():
+            cross_kv.index_copy_(2, target[moved], self.cross_kv.index_select(2, group[moved]))
+            if mask is not None:
+                mask.index_copy_(0, target[moved], self.memory_mask.index_select(0, group[moved]))
+        return DecoderState(self_kv, cross_kv, mask, self.step, self.attention_layer, slots=slots)
 
 
 # ------------------------------------------------------------------------------------------- the model
@@ -499,11 +515,11 @@ class Transformer(nn.Module):
     def state_bytes(self, rows: int, sentences: int, source_len: int, max_len: int) -> int:
         """The bytes `init_state` and the search's reorders take for `sentences` sentences of up to `source_len`
         tokens decoded as `rows` rows (their beams or samples) for up to `max_len` positions: every row's
-        self-attention cache and the spare of at most as many rows that `DecoderState.reorder` gathers into
-        when the rows grow or shrink, and every sentence's cross-attention cache (never copied for its rows).
-        At most what the state holds; what a search checks before it allocates."""
+        self-attention cache, the one row a sentence that it grows from (`DecoderState.reorder` copies it while
+        both exist), and every sentence's cross-attention cache (never copied for its rows). What a search checks
+        before it allocates."""
         per_position = self.tgt_embed.weight.element_size() * len(self.decoder_layers) * 2 * self.cfg.d_model
-        return per_position * (2 * rows * max_len + sentences * source_len)
+        return per_position * ((rows + sentences) * max_len + sentences * source_len)
 
     def decode_step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed one token per row, (N,), at position `state.step` → (N, V) float32 log-probabilities."""

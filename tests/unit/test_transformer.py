@@ -60,11 +60,11 @@ def test_decode_step_reproduces_forward(norm: str) -> None:
 @pytest.mark.parametrize("beams", [1, 3])
 def test_decode_step_after_reorder(beams: int) -> None:
     """Reordering the state mid-sequence is the same as having decoded the reordered batch from the start:
-    sentences reordered and repeated (one row each), or rows moved among the beams of one sentence."""
+    sentences dropped and reordered (one row each), or rows moved among the beams of one sentence."""
     model = tiny_model()
     src, src_pad = batch() if beams == 1 else batch(lengths=(5,))
     tgt_in = torch.randint(4, TINY_VOCAB, (3, 6), generator=torch.Generator().manual_seed(3))
-    idx = torch.tensor([2, 0, 0])
+    idx = torch.tensor([2, 0]) if beams == 1 else torch.tensor([2, 0, 0])
     with torch.no_grad():
         state = model.init_state(model.encode(src, src_pad), src_pad, max_len=8)
         if beams > 1:
@@ -85,6 +85,16 @@ def test_reorder_refuses_rows_that_do_not_group_by_sentence() -> None:
         state = model.init_state(model.encode(src, src_pad), src_pad, max_len=4)
     with pytest.raises(ValueError, match="grouped evenly"):
         state.reorder(torch.tensor([0, 0, 1]))
+
+
+def test_reorder_refuses_a_sentence_kept_twice() -> None:
+    """A sentence's rows continue its own caches in place, so it cannot be kept twice."""
+    model = tiny_model()
+    src, src_pad = batch(lengths=(6, 3))
+    with torch.no_grad():
+        state = model.init_state(model.encode(src, src_pad), src_pad, max_len=4)
+    with pytest.raises(ValueError, match="more than once"):
+        state.reorder(torch.tensor([1, 1]), torch.tensor([1, 1]))
 
 
 def test_forward_at_target_positions_gives_the_states_of_those_positions() -> None:
@@ -154,56 +164,60 @@ def test_dropout_only_in_training() -> None:
         assert not torch.allclose(model(src, src_pad, tgt_in), model(src, src_pad, tgt_in))
 
 
-def test_repeated_reorders_grow_shrink_and_recycle_buffers() -> None:
+def test_repeated_reorders_grow_shrink_and_move_only_what_must_move() -> None:
     """Beam search reorders every step, expands the batch at the start and shrinks it as sentences finish.
 
-    Every row is fed its own tokens, so a row that inherited the wrong parent's cache would show. A step that
-    keeps every sentence moves no cache but the second continuations of one (`slots` says where each row's
-    cache is), in the same buffer; the grow and the shrink gather into the spare buffer once it is big enough,
-    rather than allocating. Every state is kept alive, so a freshly allocated buffer could not reuse a freed
-    one's address.
+    Every row is fed its own tokens, so a row that inherited the wrong parent's cache, or a sentence the wrong
+    source, would show. After the grow, which gathers into a new buffer, every reorder works in that buffer:
+    a step moves no cache but the second continuations of one (`slots` says where each row's cache is), and
+    dropping a sentence moves only the sentences whose caches lie beyond the rows that are left.
     """
     model = tiny_model()
-    src, src_pad = batch(lengths=(6, 3))
+    src, src_pad = batch(lengths=(6, 3, 8))
     g = torch.Generator().manual_seed(8)
     states, caches = [], []
     with torch.no_grad():
-        state = model.init_state(model.encode(src, src_pad), src_pad, max_len=8)
-        history = torch.randint(4, TINY_VOCAB, (2, 1), generator=g)
+        state = model.init_state(model.encode(src, src_pad), src_pad, max_len=9)
+        history = torch.randint(4, TINY_VOCAB, (3, 1), generator=g)
         model.decode_step(history[:, 0], state)
-        sentence = torch.tensor([0, 0, 1, 1])
+        sentence = torch.tensor([0, 0, 1, 1, 2, 2])
         state, history = state.reorder(sentence), history[sentence]  # grow: two beams per sentence
         states.append(state)
-        for idx in ([1, 0, 3, 2], [0, 0, 2, 3], [1, 1, 3, 2]):
-            token = torch.randint(4, TINY_VOCAB, (4,), generator=g)
+        for idx, keep in (([1, 0, 3, 2, 4, 5], None), ([0, 0, 2, 3, 5, 5], None), ([2, 2, 4, 5], [1, 2]),
+                          ([1, 0, 3, 3], None), ([2, 3], [1])):
+            token = torch.randint(4, TINY_VOCAB, (len(sentence),), generator=g)
             model.decode_step(token, state)
-            caches.append(state.self_kv[:, :, :, :, : state.step].clone())
+            caches.append(state.self_kv[..., : state.step, :].clone())
             idx = torch.tensor(idx)
-            state = state.reorder(idx)  # among the beams of each sentence
+            state = state.reorder(idx, None if keep is None else torch.tensor(keep))
             states.append(state)
             history, sentence = torch.cat([history, token[:, None]], 1)[idx], sentence[idx]
-        keep = torch.tensor([0, 3])  # shrink: one beam of each sentence goes on
-        state, history, sentence = state.reorder(keep, torch.tensor([0, 1])), history[keep], sentence[keep]
-        states.append(state)
         tail = torch.randint(4, TINY_VOCAB, (2, 3), generator=g)
         got = [model.decode_step(tail[:, t], state)[0] for t in range(3)]
         full = torch.cat([history, tail], 1)
-        expected = torch.log_softmax(model.output_logits(model(src[sentence], src_pad[sentence], full)), dim=-1)[:, 4:]
-    torch.testing.assert_close(torch.stack(got, dim=1), expected, atol=1e-5, rtol=0)
+        steps = full.shape[1] - tail.shape[1]
+        expected = torch.log_softmax(model.output_logits(model(src[sentence], src_pad[sentence], full)), dim=-1)
+    torch.testing.assert_close(torch.stack(got, dim=1), expected[:, steps:], atol=1e-5, rtol=0)
+    assert sentence.tolist() == [2, 2]
 
     def buffer(t: torch.Tensor) -> int:
         return t.untyped_storage().data_ptr()
 
-    grown, steps, shrunk = states[0], states[1:4], states[4]
-    assert grown.slots is None and shrunk.slots is None  # a gather leaves each row's cache at its own row
-    assert all(buffer(s.self_kv) == buffer(grown.self_kv) for s in steps)
-    assert steps[0].slots.tolist() == [1, 0, 3, 2]  # a permutation: every cache stays where it was, none copied
+    grown = states[0]
+    assert grown.slots is None  # a gather leaves each row's cache at its own row
+    assert all(buffer(s.self_kv) == buffer(grown.self_kv) for s in states[1:])
+    assert states[1].slots.tolist() == [1, 0, 3, 2, 4, 5]  # a permutation: every cache stays where it was
     assert torch.equal(caches[1][..., : caches[0].shape[4], :], caches[0])
-    # [0, 0, 2, 3] where the permutation left the rows: the second continuation of cache 1 is copied into the
-    # place of cache 0, which no row continues
-    assert steps[1].slots.tolist() == [1, 0, 3, 2]
+    # [0, 0, 2, 3, 5, 5] where the permutation left the rows: the second continuations of caches 1 and 5 are
+    # copied into the places of caches 0 and 4, which no row continues
+    assert states[2].slots.tolist() == [1, 0, 3, 2, 5, 4]
     assert torch.equal(caches[2][:, :, 0, :, : caches[1].shape[4]], caches[1][:, :, 1])
-    assert buffer(shrunk.self_kv) == buffer(grown.spare)
+    assert torch.equal(caches[2][:, :, 4, :, : caches[1].shape[4]], caches[1][:, :, 5])
+    # sentence 0 complete, [2, 2, 4, 5] of rows at [1, 0, 3, 2, 5, 4]: sentence 1 stays in its rows (cache 3
+    # continued in place, its second continuation copied into 2), sentence 2's caches 5 and 4 move into sentence
+    # 0's rows 1 and 0, its source's cross-attention cache with them
+    assert states[3].slots.tolist() == [3, 2, 1, 0]
+    assert states[3].self_kv.shape[2] == 4 and states[3].cross_kv.shape[2] == 2
 
 
 def test_int8_output_projection_multiplies_by_the_dequantized_matrix() -> None:
@@ -245,26 +259,23 @@ def test_a_quantizable_output_projection_is_the_embedding_matrix_itself() -> Non
 
 
 def test_state_bytes_are_what_a_search_s_decoder_state_holds() -> None:
-    """The figure a search checks memory by (`state_bytes`) is the most its state holds: the rows' cache, a
-    second buffer of at most as many rows that a grow or a shrink gathers into, and each sentence's
-    cross-attention cache; a beam step moves caches within the rows' own buffer."""
+    """The figure a search checks memory by (`state_bytes`) is the most its state holds at once: the rows'
+    cache beside the one row a sentence that it grows from, and each sentence's cross-attention cache; no
+    reorder after the grow allocates."""
     model = tiny_model()
     src, src_pad = batch(lengths=(7, 4, 9))
     beams, max_len = 4, 11
-    expected = model.state_bytes(3 * beams, 3, src.shape[1], max_len)
 
-    def held(state: DecoderState) -> int:
-        return sum(t.numel() * t.element_size() for t in (state.self_kv, state.spare, state.cross_kv))
+    def held(*states: DecoderState) -> int:
+        tensors = {t.untyped_storage().data_ptr(): t for s in states for t in (s.self_kv, s.cross_kv)}
+        return sum(t.untyped_storage().nbytes() for t in tensors.values())
 
-    state = model.init_state(model.encode(src, src_pad), src_pad, max_len)
-    state = state.reorder(torch.arange(3).repeat_interleave(beams))  # each sentence grown into its beams
-    rows_cache = state.self_kv.numel() * state.self_kv.element_size()
-    assert 2 * rows_cache + state.cross_kv.numel() * state.cross_kv.element_size() == expected
-    assert held(state) <= expected
-    state = state.reorder(torch.tensor([0, 0, 1, 2, 5, 4, 4, 7, 8, 9, 10, 11]))  # beams moved
-    assert held(state) <= expected
-    state = state.reorder(torch.arange(4, 12), torch.tensor([1, 2]))  # the first sentence complete
-    assert held(state) <= expected
+    first = model.init_state(model.encode(src, src_pad), src_pad, max_len)
+    grown = first.reorder(torch.arange(3).repeat_interleave(beams))  # each sentence grown into its beams
+    assert held(first, grown) == model.state_bytes(3 * beams, 3, src.shape[1], max_len)
+    moved = grown.reorder(torch.tensor([0, 0, 1, 2, 5, 4, 4, 7, 8, 9, 10, 11]))  # beams moved
+    shrunk = moved.reorder(torch.arange(4, 12), torch.tensor([1, 2]))  # the first sentence complete
+    assert held(grown, moved, shrunk) == held(grown)
 
 
 def test_a_cpu_decoding_model_stores_its_weights_transposed_and_decodes_the_same() -> None:
