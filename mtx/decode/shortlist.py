@@ -107,7 +107,7 @@ class ShortlistDecoder:
         logits = self.project(hidden).float()  # (N, U): a sentence's rows consecutive
         sentences, union = state.outside.shape
         logits.view(sentences, -1, union).masked_fill_(state.outside.unsqueeze(1), -torch.inf)
-        return F.log_softmax(logits, dim=-1), ShortlistState(inner, state.columns, state.outside)
+        return torch.log_softmax(logits, dim=-1, out=logits), ShortlistState(inner, state.columns, state.outside)
 
 
 def union_projection(model: Transformer, union: Tensor) -> Callable[[Tensor], Tensor]:

@@ -524,7 +524,9 @@ class Transformer(nn.Module):
     def decode_step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Feed one token per row, (N,), at position `state.step` → (N, V) float32 log-probabilities."""
         hidden, state = self.decode_hidden(prev, state)
-        return F.log_softmax(self.output_logits(hidden).float(), dim=-1), state
+        logits = self.output_logits(hidden).float()
+        # In place: the (N, V) logits are the step's largest tensor, and a fresh one costs its page faults again.
+        return torch.log_softmax(logits, dim=-1, out=logits), state
 
     def decode_hidden(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """`decode_step` up to the output layer: (N, D) final decoder states, for an output layer over fewer
