@@ -55,10 +55,10 @@ def main() -> None:
     outputs: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory() as workdir:
         check_greedy_tokens(args.model, model, tokenizer, sources, Path(workdir))
-        systems = {
-            "mtx.fp32": mtx_system(Translator(model, tokenizer, decode, 4096)),
-            "mtx.int8": mtx_system(Translator(prepare_model(copy.deepcopy(model), torch.device("cpu"), "int8"),
-                                              tokenizer, decode, 4096)),
+        systems = {  # each model as mtx translate prepares it
+            f"mtx.{dtype}": mtx_system(Translator(prepare_model(copy.deepcopy(model), torch.device("cpu"), dtype),
+                                                  tokenizer, decode, 4096))
+            for dtype in ("fp32", "int8")
         }
         for name, quantization in (("ct2.fp32", None), ("ct2.int8", "int8")):
             folder = Path(workdir) / name
