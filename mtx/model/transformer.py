@@ -303,6 +303,11 @@ class DecoderState:
     def max_len(self) -> int:
         return self.self_kv.shape[4]
 
+    @property
+    def filled(self) -> Tensor:
+        """The positions of `self_kv` written so far: what a reorder copies."""
+        return self.self_kv[:, :, :, :, : self.step]
+
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> DecoderState:
         """Keep the rows `rows`, in that order, and the sentences `sentences` (None: all of them, as they are).
 
@@ -321,9 +326,8 @@ class DecoderState:
         if count // kept == before:
             return self._move_only_what_must_move(held, kept)
         # The rows grow into beams: a new cache, gathered.
-        filled = (slice(None),) * 4 + (slice(0, self.step),)
         target = self.self_kv.new_empty(self.self_kv.shape[:2] + (count,) + self.self_kv.shape[3:])
-        torch.index_select(self.self_kv[filled], 2, held, out=target[filled])
+        torch.index_select(self.filled, 2, held, out=target[:, :, :, :, : self.step])
         if sentences is None and self.slots is None:  # every sentence's caches in their own place
             return DecoderState(target, self.cross_kv, self.memory_mask, self.step, self.attention_layer)
         group = held.view(kept, -1)[:, 0] // before
@@ -361,8 +365,7 @@ class DecoderState:
         self_kv = self.self_kv[:, :, : count]
         cross_kv, mask = self.cross_kv[:, :, :kept], None if self.memory_mask is None else self.memory_mask[:kept]
         if copied.numel():
-            filled = self.self_kv[(slice(None),) * 4 + (slice(0, self.step),)]
-            filled.index_copy_(2, slots[copied], filled.index_select(2, held[copied]))
+            self.filled.index_copy_(2, slots[copied], self.filled.index_select(2, held[copied]))
         if moved.numel():
             cross_kv.index_copy_(2, target[moved], self.cross_kv.index_select(2, group[moved]))
             if mask is not None:
