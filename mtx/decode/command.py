@@ -2,7 +2,8 @@
 
 The command reads, translates and writes, each step its own piece. Reading (`read_windows`): the input's lines,
 in windows of at most `READ_AHEAD_LINES` from a reader thread (`read_ahead`), so memory stays bounded and
-reading overlaps decoding, each window with its lines of the --prefix or --score-reference file. Translating:
+reading overlaps decoding, each window with its lines of the --prefix or --score-reference file. A file's
+windows are full ones, so that it is batched alike at every run; a pipe's hold what has arrived. Translating:
 the translator (mtx.decode.translator) searches each window, or scores its given translations. Writing
 (`write_lines`): a writer chosen once from the format and the flags (mtx.decode.output) turns each line's
 result into its output line, and each window's lines are written and flushed before the next is decoded.
@@ -23,6 +24,7 @@ import inspect
 import itertools
 import os
 import queue
+import stat
 import sys
 import threading
 import types
@@ -143,7 +145,8 @@ def translate(
     dtype: Annotated[
         str,
         typer.Option(metavar="auto|fp32|bf16|fp16|int8", help="auto: fp32 on CPU, bf16 (else fp16) on GPU; "
-                     "int8: dynamically quantized linear layers, CPU only."),
+                     "int8: linear layers in 8-bit integers, each input row quantised on its own (a "
+                     "sentence's translation does not depend on its batch), CPU only."),
     ] = "auto",
     threads: Annotated[int | None, typer.Option(
         help="CPU threads [default: PyTorch's, one per core]. On a CPU, up to this many batches are decoded "
@@ -249,7 +252,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             files.enter_context(sink)
             lines, given = (itertools.islice(stream, todo.start, todo.stop) for stream in (lines, given))
             skipped = todo.start
-        windows = read_windows(lines, companion, given)
+        windows = read_windows(lines, companion, given, full=is_a_file(source))
         if reference_path is None:  # the translating, and the writer of its results, chosen once
             results = (translator.translate(w.lines, line_offset + skipped + w.first, prefixes=w.given or None)
                        for w in windows)
@@ -369,15 +372,25 @@ def read_lines(stream: BinaryIO, name: str, errors: Errors) -> Iterator[str]:
             ) from None
 
 
+def is_a_file(stream: BinaryIO) -> bool:
+    """Whether `stream` reads a regular file (`-i`, or `< file`), rather than a pipe, a terminal or memory."""
+    try:
+        return stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError):  # no descriptor (io.UnsupportedOperation is both), or a closed one
+        return False
+
+
 _END = object()
 
 
-def read_ahead(lines: Iterable[str], window: int) -> Iterator[list[str]]:
+def read_ahead(lines: Iterable[str], window: int, full: bool = False) -> Iterator[list[str]]:
     """Windows of up to `window` lines, read by a background thread into a bounded queue.
 
     A window holds whatever has arrived, at least one line: a slow pipe gets each line translated as soon
-    as it comes, a fast one gets full windows. An error while reading (invalid UTF-8) is raised after the
-    lines before it have been handed out.
+    as it comes, a fast one gets full windows. With `full` (a file, which never makes anyone wait), every
+    window but the last holds `window` lines, however fast the reading went: a file is batched the same way
+    at every run, so that its translation is the same under any load. An error while reading (invalid UTF-8)
+    is raised after the lines before it have been handed out.
     """
     pending: queue.Queue = queue.Queue(maxsize=window)
 
@@ -396,6 +409,9 @@ def read_ahead(lines: Iterable[str], window: int) -> Iterator[list[str]]:
             batch.append(item)
             if len(batch) == window:
                 break
+            if full:
+                item = pending.get()
+                continue
             try:
                 item = pending.get_nowait()
             except queue.Empty:
@@ -416,12 +432,13 @@ class Window(NamedTuple):
     given: list[str]  # the companion file's line for each line; none without one
 
 
-def read_windows(lines: Iterable[str], companion: Companion | None, given: Iterator[str]) -> Iterator[Window]:
-    """`lines` in windows of at most `READ_AHEAD_LINES` (`read_ahead`), each with as many lines of the companion
-    file, read from `given` (empty without one); a companion with fewer lines than the input, or more, is refused
-    when the reading finds it out."""
+def read_windows(lines: Iterable[str], companion: Companion | None, given: Iterator[str], full: bool = False
+                 ) -> Iterator[Window]:
+    """`lines` in windows of at most `READ_AHEAD_LINES` (`read_ahead`; `full` ones from a file), each with as
+    many lines of the companion file, read from `given` (empty without one); a companion with fewer lines than
+    the input, or more, is refused when the reading finds it out."""
     done = 0
-    for window in read_ahead(lines, READ_AHEAD_LINES):
+    for window in read_ahead(lines, READ_AHEAD_LINES, full):
         theirs = list(itertools.islice(given, len(window)))
         if companion is not None and len(theirs) < len(window):
             raise MtxError(f"{companion.flag} {companion.path} has {done + len(theirs):,} lines, but the input has "

@@ -31,6 +31,7 @@ from torch import Tensor
 from mtx.data.lexicon import Lexicon
 from mtx.decode.search import DecoderCache, IncrementalDecoder
 from mtx.model import fast_paths
+from mtx.model.int8 import Int8Linear
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD
 
@@ -112,14 +113,11 @@ class ShortlistDecoder:
 
 def union_projection(model: Transformer, union: Tensor) -> Callable[[Tensor], Tensor]:
     """The output layer over the tokens `union` alone (their rows of the output matrix), in the model's own
-    format. An int8 model (`--dtype int8`) projects with a dynamically quantised Linear: its int8 rows of those
-    tokens are taken as they are, at the same scale, so each logit is the one its whole-vocabulary projection
-    gives, at the int8 speed the shortlist is asked for on top of (bench/README.md). A float model's rows are
-    stored transposed, as a CPU multiplies them fastest (`fast_paths.store_weights_transposed`)."""
-    quantized = model.output_proj
-    if not isinstance(quantized, torch.ao.nn.quantized.dynamic.Linear):
-        weight = fast_paths.transposed_layout(model.output_weight.index_select(0, union))  # (U, D)
-        return lambda hidden: F.linear(hidden, weight)
-    rows = torch.ao.nn.quantized.dynamic.Linear(quantized.in_features, len(union), bias_=False, dtype=torch.qint8)
-    rows.set_weight_bias(quantized.weight().index_select(0, union), None)
-    return rows
+    format. An int8 model (`--dtype int8`) projects with its int8 rows of those tokens, at the same scale
+    (`Int8Linear.rows`), so each logit is the one its whole-vocabulary projection gives, at the int8 speed the
+    shortlist is asked for on top of (bench/README.md). A float model's rows are stored transposed, as a CPU
+    multiplies them fastest (`fast_paths.store_weights_transposed`)."""
+    if isinstance(model.output_proj, Int8Linear):
+        return model.output_proj.rows(union)
+    weight = fast_paths.transposed_layout(model.output_weight.index_select(0, union))  # (U, D)
+    return lambda hidden: F.linear(hidden, weight)

@@ -45,7 +45,7 @@ from mtx.decode.shortlist import Shortlist, ShortlistDecoder
 from mtx.decode.target_lang import TargetLanguages
 from mtx.devices import available_memory, choose_device, choose_dtype, half_precision_model
 from mtx.errors import MtxError
-from mtx.model import fast_paths
+from mtx.model import fast_paths, int8
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
 
@@ -374,20 +374,19 @@ def prepare_model(model: Transformer, device: torch.device, dtype: Dtype) -> Tra
 
     auto: fp32 on a CPU; on a GPU bf16 where it is native, else fp16 (mtx.devices, as training decides).
     Half precision keeps LayerNorm and the positional table in float32 (`half_precision_model`). int8
-    quantises the weights of every nn.Linear dynamically (activations are quantised on the fly per batch),
-    which only CPUs run. That includes the output projection, a large share of the decoding time in fp32: it
-    gets an int8 copy of the shared embedding matrix (`Transformer.make_output_projection_a_module`), while
-    the embedding lookups keep reading the fp32 matrix. fp32 on a CPU stores every weight matrix transposed
-    (`fast_paths.store_weights_transposed`), the output projection's as a copy beside the embedding's.
+    computes every nn.Linear's product in 8-bit integers, its input quantised row by row as it comes
+    (mtx.model.int8), which only CPUs run. That includes the output projection, a large share of the decoding
+    time in fp32: it gets an int8 copy of the shared embedding matrix
+    (`Transformer.make_output_projection_a_module`), while the embedding lookups keep reading the fp32 matrix.
+    fp32 on a CPU stores every weight matrix transposed (`fast_paths.store_weights_transposed`), the output
+    projection's as a copy beside the embedding's.
     """
     if dtype == "int8":
         if device.type != "cpu":
             raise MtxError("--dtype int8 runs on CPUs only: add --device cpu, or use --dtype bf16/fp16 on a GPU.")
         model = model.cpu()
         model.make_output_projection_a_module()
-        with warnings.catch_warnings():  # torch.ao's deprecation notice is not the user's concern
-            warnings.simplefilter("ignore")
-            return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+        return int8.quantize_linear_layers(model)
     torch_dtype = choose_dtype(dtype, device, "--dtype")
     model = model.to(device)
     if torch_dtype != torch.float32:

@@ -1,5 +1,6 @@
-"""The model: the Transformer of "Attention Is All You Need", and the CPU fast paths it calls.
+"""The model: the Transformer of "Attention Is All You Need", the CPU fast paths it calls, its int8 form.
 
     transformer   the paper's model, top to bottom, with the inference API that search drives
     fast_paths    the same computations arranged to run faster on a CPU (dropout, attention, projection)
+    int8          every linear layer's product in 8-bit integers, each input row quantised on its own
 """

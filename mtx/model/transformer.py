@@ -397,7 +397,7 @@ class Transformer(nn.Module):
         self.encoder_norm = LayerNorm(d) if pre else nn.Identity()
         self.decoder_norm = LayerNorm(d) if pre else nn.Identity()
         # The output projection as a module of its own, once `make_output_projection_a_module` made it one.
-        self.output_proj: nn.Linear | None = None
+        self.output_proj: nn.Module | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -496,7 +496,7 @@ class Transformer(nn.Module):
     def make_output_projection_a_module(self) -> None:
         """Give the output projection a module of its own: an nn.Linear (D → V, no bias) whose weight is E itself,
         not a copy. Conversions that apply to modules then reach it too, and give it a copy of E in their own
-        format while the embedding lookups keep reading E: int8 quantisation (`mtx translate --dtype int8`)
+        format while the embedding lookups keep reading E: int8 (`mtx translate --dtype int8`, mtx.model.int8)
         an int8 copy, the CPU's float32 inference layout (`fast_paths.store_weights_transposed`) a transposed one."""
         projection = nn.Linear(self.cfg.d_model, self.vocab_size, bias=False, device="meta")
         projection.weight = self.output_weight

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import json
 import os
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ import mtx.decode.search
 import mtx.decode.translator
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import DecodeConfig
-from mtx.decode.command import Companion, read_ahead, read_windows
+from mtx.decode.command import Companion, is_a_file, read_ahead, read_windows
 from mtx.decode.output import score_writer, search_writer
 from mtx.decode.search import Constraints, Hypothesis, LengthPenalty, search
 from mtx.decode.translator import (
@@ -36,6 +38,7 @@ from mtx.decode.translator import (
     translate_sentences,
 )
 from mtx.errors import MtxError
+from mtx.model.int8 import Int8Linear
 from mtx.tokenizer import EOS, PAD
 
 COPY_DECODE = DecodeConfig(beam=4, lenpen=0.6, max_len_a=1.0, max_len_b=5)  # the copy checkpoint's recipe
@@ -189,18 +192,25 @@ def translators(monkeypatch) -> list[Translator]:
     return made
 
 
-def test_int8_decodes_with_dynamically_quantized_linear_layers(trained: dict, translators: list[Translator]) -> None:
+def test_int8_decodes_with_int8_linear_layers(trained: dict, translators: list[Translator]) -> None:
     """--dtype int8 must reach the model the search runs: every nn.Linear, the tied output projection included,
-    becomes a dynamically quantized int8 one. The translations barely change, so the lines alone would also
-    pass with the flag ignored."""
+    becomes an int8 one (mtx.model.int8). The translations barely change, so the lines alone would also pass
+    with the flag ignored."""
     held_out = trained["held_out"]
     args = ["-m", str(trained["checkpoint"]), "-i", str(trained["folder"] / "held_out.txt"), "--device", "cpu"]
     result, int8 = translate_cli([*args, "--dtype", "int8", "--threads", "1"])
     assert result.exit_code == 0
     [translator] = translators
-    assert isinstance(translator.models[0].output_proj, torch.ao.nn.quantized.dynamic.Linear)
+    assert isinstance(translator.models[0].output_proj, Int8Linear)
     assert not any(isinstance(m, torch.nn.Linear) for m in translator.models[0].modules())
     assert sum(a == b for a, b in zip(int8, held_out, strict=True)) >= 0.9 * len(held_out)
+    # Each input row quantised on its own: the same translations in batches of any size, on any threads, and
+    # the same scores but for float32's own rounding (attention over a padded batch sums in another order).
+    jsonl = [*args, "--dtype", "int8", "--format", "jsonl"]
+    one_by_one, together = ([json.loads(line) for line in translate_cli([*jsonl, *flags])[1]]
+                            for flags in (["--threads", "1", "--batch-tokens", "1"], ["--threads", "2"]))
+    assert [line["tokens"] for line in one_by_one] == [line["tokens"] for line in together]
+    assert [line["score"] for line in one_by_one] == pytest.approx([line["score"] for line in together], abs=1e-5)
 
 
 def test_beam_one_decodes_by_greedy_search(trained: dict, monkeypatch) -> None:
@@ -224,7 +234,7 @@ def test_int8_quantizes_the_output_projection_too(trained: dict) -> None:
     """int8 gives the tied output projection an int8 copy of the embedding matrix; lookups stay float32."""
     fp32 = trained["model"]
     int8 = prepare_model(copy.deepcopy(fp32), torch.device("cpu"), "int8")
-    assert isinstance(int8.output_proj, torch.ao.nn.quantized.dynamic.Linear)
+    assert isinstance(int8.output_proj, Int8Linear)
     assert not any(isinstance(m, torch.nn.Linear) for m in int8.modules())  # the other projections too
     assert int8.tgt_embed.weight.dtype == torch.float32
     torch.testing.assert_close(int8.tgt_embed.weight, fp32.tgt_embed.weight)
@@ -559,6 +569,27 @@ def test_each_writer_turns_a_lines_result_into_its_output_line(trained: dict) ->
                                                                      ensure_ascii=False)
     assert json.loads(score_writer("jsonl", tokenizer).line(None)) == {
         "text": "", "score": None, "tokens": [], "token_log_probs": [], "log_prob": None}
+
+
+def test_a_files_windows_are_full_however_slowly_its_lines_come(tmp_path: Path) -> None:
+    """A file is cut into the same windows at every run, so into the same batches, and its translation is the
+    same under any load; a pipe's window holds what has arrived, so that a slow pipe's lines are not held back."""
+    def slow(n: int):
+        for i in range(n):
+            time.sleep(0.002 * (i % 3 == 0))
+            yield str(i)
+
+    assert [len(w) for w in read_ahead(slow(10), window=4, full=True)] == [4, 4, 2]
+    streamed = [len(w) for w in read_ahead(slow(10), window=4)]
+    assert sum(streamed) == 10 and all(1 <= n <= 4 for n in streamed)
+
+    (tmp_path / "in.txt").write_text("a\n")
+    with open(tmp_path / "in.txt", "rb") as file:
+        assert is_a_file(file)
+    read, write = os.pipe()
+    with os.fdopen(read, "rb") as pipe, os.fdopen(write, "wb"):
+        assert not is_a_file(pipe)
+    assert not is_a_file(io.BytesIO(b"a\n"))  # the test runner's standard input
 
 
 def test_windows_carry_their_companion_lines_and_a_count_that_differs_is_refused() -> None:

@@ -20,6 +20,7 @@ from mtx.decode.alignment import align_rows
 from mtx.decode.ensemble import Ensemble, average_distributions, load_models
 from mtx.decode.search import Constraints, Hypothesis, LengthPenalty, beam_search, search
 from mtx.errors import MtxError
+from mtx.model.int8 import Int8Linear
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
 from mtx.train.trainer import train
@@ -239,4 +240,4 @@ def test_translate_with_two_models_decodes_their_ensemble(pair: dict, monkeypatc
     [translator] = made
     assert len(translator.models) == 2
     for model in translator.models:
-        assert isinstance(model.output_proj, torch.ao.nn.quantized.dynamic.Linear)
+        assert isinstance(model.output_proj, Int8Linear)

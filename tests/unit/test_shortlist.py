@@ -76,9 +76,12 @@ def test_an_int8_model_projects_onto_its_own_int8_rows_of_the_shortlist() -> Non
     assert [[h.tokens for h in n] for n in listed] == [[h.tokens for h in n] for n in whole]
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "int8"])
 @pytest.mark.parametrize("beam", [1, 4])
-def test_a_sentence_decodes_the_same_whatever_it_is_batched_with_and_on_any_threads(beam: int) -> None:
-    m, shortlist = model(), Shortlist(random_lexicon(), translations=4, frequent=5)
+def test_a_sentence_decodes_the_same_whatever_it_is_batched_with_and_on_any_threads(beam: int, dtype: str) -> None:
+    """In int8 too: its inputs are quantised row by row (mtx.model.int8), so no row's rounding depends on another's."""
+    m = prepare_model(model(), torch.device("cpu"), dtype)
+    shortlist = Shortlist(random_lexicon(), translations=4, frequent=5)
     threads = torch.get_num_threads()
     try:
         together = decode(m, SOURCES, shortlist, beam=beam)

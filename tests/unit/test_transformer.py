@@ -222,16 +222,16 @@ def test_repeated_reorders_grow_shrink_and_move_only_what_must_move() -> None:
 
 def test_int8_output_projection_multiplies_by_the_dequantized_matrix() -> None:
     """With the int8 output projection of `--dtype int8`, output_logits is h times the int8 matrix
-    dequantized. Dynamic quantization also rounds h to an 8-bit grid, which represents 0 and a row's one
-    non-zero value exactly, so for states c · e_j the only difference from the dequantized product is float
-    rounding, far below the int8 weights' own rounding that the float32 matrix would show."""
+    dequantized. int8 also rounds each row of h to an 8-bit grid, which represents 0 and the row's largest
+    value exactly, so for states c · e_j the only difference from the dequantized product is float rounding,
+    far below the int8 weights' own rounding that the float32 matrix would show."""
     torch.manual_seed(0)
     cfg = resolve_model(ModelConfig(preset="tiny", d_model=256, heads=4, d_ff=64, layers_enc=1, layers_dec=1,
                                     max_positions=64))
     fp32 = Transformer(cfg, 2560).eval()
     int8 = prepare_model(copy.deepcopy(fp32), torch.device("cpu"), "int8")
     assert int8.output_proj is not None
-    dequantized = int8.output_proj.weight().dequantize()
+    dequantized = int8.output_proj.weight_t.t().float() * int8.output_proj.weight_scale
     h = torch.zeros(5, 1, 256)
     h[torch.arange(5), 0, torch.tensor([0, 7, 100, 255, 31])] = 1.0  # c = 1
     with torch.no_grad():
