@@ -11,7 +11,7 @@ EOS, so its 31st token is free). Sentences/s and tokens/s (30 per sentence) are 
 
   mtx fp32 / int8      `mtx.decode.search.search` on token tensors, the batches spread over the threads as
                        `mtx translate` spreads them (`mtx.decode.translator.batches_at_once`: two batches at a time
-                       on one thread each), the model as `mtx translate` prepares it
+                       in processes of one thread each, `map_in_processes`), the model as `mtx translate` prepares it
                        (`mtx.decode.translator.prepare_model(..., "fp32" / "int8")`)
   marian fp32          `MarianMTModel.generate` (SDPA attention) holding mtx's weights, one batch at a time
   ct2 fp32 / int8      CTranslate2's Translator on mtx's weights (mtx.export.ctranslate2; compute_type float32 / int8),
@@ -69,7 +69,7 @@ from mtx.data.prepared import load_manifest
 from mtx.decode.ensemble import load_models
 from mtx.decode.search import Constraints, LengthPenalty, search
 from mtx.decode.shortlist import Shortlist, ShortlistDecoder
-from mtx.decode.translator import batches_at_once, encode_sentences, map_in_threads, prepare_model
+from mtx.decode.translator import batches_at_once, encode_sentences, map_in_processes, prepare_model
 from mtx.export.ctranslate2 import convert_to_ctranslate2, write_vocabulary_map
 from mtx.export.marian import marian_from_mtx
 from mtx.tokenizer import BOS, EOS, PAD
@@ -162,7 +162,7 @@ def mtx_decoder(model: torch.nn.Module, batches: Batches, args: argparse.Namespa
             nbests = search(decoder, src, src_pad, constraints, LengthPenalty(args.lenpen), beam=beam)
             return [nbest[0].tokens for nbest in nbests]
 
-        return [tokens for batch in map_in_threads(one_batch, batches, at_once, threads_each) for tokens in batch]
+        return [tokens for batch in map_in_processes(one_batch, batches, at_once, threads_each) for tokens in batch]
 
     return decode
 

@@ -150,7 +150,7 @@ def translate(
     ] = "auto",
     threads: Annotated[int | None, typer.Option(
         help="CPU threads [default: PyTorch's, one per core]. On a CPU, up to this many batches are decoded "
-             "side by side on one thread each.")] = None,
+             "side by side, in processes of one thread each.")] = None,
     errors: Annotated[
         str, typer.Option(metavar="strict|replace", help="Invalid UTF-8 input: stop with the line number, or U+FFFD.")
     ] = "strict",

@@ -3,7 +3,8 @@
 `Translator` encodes the sentences, sorts them by length and packs them into batches of similar length, so
 padding is rare. A batch's size, kept within `batch_tokens`, is counted as training counts it: sentences × the
 longer side, EOS included, where the target side is the output length limit (mtx.data.batching.decoding_batches).
-On a CPU several batches are decoded side by side, one thread each (`batches_at_once`). `prepare_model` puts
+On a CPU several batches are decoded side by side, in processes of one thread each (`batches_at_once`,
+`map_in_processes`). `prepare_model` puts
 a checkpoint's model on its device in the numeric format asked for.
 
 `translate_sentences` (what the trainer's validation calls) and the `mtx translate` command
@@ -21,10 +22,14 @@ has at most floor(max_len_a · n + max_len_b) tokens before its EOS, and never m
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -49,7 +54,7 @@ from mtx.model import fast_paths, int8
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
 
-MAX_BATCHES_AT_ONCE = 8  # batches decoded side by side on a CPU; beyond some number Python's own work serialises them
+MAX_BATCHES_AT_ONCE = 8  # batches decoded side by side on a CPU, a process each holding its batch's search
 
 Dtype = Literal["auto", "fp32", "bf16", "fp16", "int8"]
 
@@ -145,7 +150,7 @@ class Translator:
         at_once, threads_each = batches_at_once(self.device, torch.get_num_threads(), len(batches))
         self._check_memory([(len(b), max(len(sources[j]) for j in b), max(limits[j] for j in b)) for b in batches],
                            at_once)
-        decoded_batches = map_in_threads(
+        decoded_batches = map_in_processes(
             lambda batch: self._search_batch([sources[j] for j in batch], [limits[j] for j in batch],
                                              [lines[todo[j]] for j in batch],
                                              None if forced is None else [forced[j] for j in batch]),
@@ -195,7 +200,7 @@ class Translator:
             return forced_scores(decoder, src, src == PAD, targets, penalty)
 
         results: list[Translation | None] = [None] * len(sentences)
-        for batch, scored in zip(batches, map_in_threads(score_batch, batches, at_once, threads_each), strict=True):
+        for batch, scored in zip(batches, map_in_processes(score_batch, batches, at_once, threads_each), strict=True):
             for j, h in zip(batch, scored, strict=True):
                 results[todo[j]] = Translation(self.tokenizer.decode(h.tokens), h.score, h.tokens, h.token_log_probs)
         self.stats.sentences += len(sentences)
@@ -292,7 +297,9 @@ class Translator:
                         sampling=sampling)
         if self.alignment_layer is None:
             return nbests, None
-        return nbests, align_searched(self.tokenizer, sources, nbests)
+        alignments = align_searched(self.tokenizer, sources, nbests)
+        # The attention has served: what goes back from a decoding process is only what the translations need.
+        return [[dataclasses.replace(h, attention=None) for h in nbest] for nbest in nbests], alignments
 
 
     def _decoder(self, sources: list[list[int]], forced: list[list[int]] | None, aligning: bool
@@ -313,10 +320,10 @@ def batches_at_once(device: torch.device, threads: int, batches: int) -> tuple[i
 
     Decoding is a long chain of small operations (a step of beam 4 over 32 sentences of the `small` model
     multiplies 128-row matrices), and each parallel operation wakes the other threads and waits for them. Two
-    batches decoded side by side on one thread each keep both cores busy instead, and decode more sentences a
-    second than one batch at a time on two threads (bench/README.md). So a CPU decodes up to `threads` batches
-    at once, single-threaded each, and only the threads no batch needs go to the batches' operations; a GPU
-    decodes one batch at a time.
+    batches decoded side by side on one thread each (`map_in_processes`) keep both cores busy instead, and
+    decode more sentences a second than one batch at a time on two threads (bench/README.md). So a CPU decodes
+    up to `threads` batches at once, single-threaded each, and only the threads no batch needs go to the
+    batches' operations; a GPU decodes one batch at a time.
     """
     if device.type != "cpu" or batches <= 1:
         return 1, threads
@@ -324,18 +331,46 @@ def batches_at_once(device: torch.device, threads: int, batches: int) -> tuple[i
     return at_once, max(1, threads // at_once)
 
 
-def map_in_threads(fn: Callable, items: Sequence, at_once: int, threads_each: int) -> list:
-    """[fn(item) for item in items], `at_once` at a time, each thread's PyTorch operations on `threads_each`
-    threads; PyTorch's thread count in the calling thread is as it was afterwards."""
-    if at_once <= 1:
+_FORKING = threading.Lock()  # one `map_in_processes` at a time in a process: its forks inherit `_FORKED`
+_FORKED: list[tuple[Callable, Sequence]] = []  # the (fn, items) of the `map_in_processes` under way
+
+
+def _call_forked(index: int) -> object:
+    fn, items = _FORKED[0]
+    return fn(items[index])
+
+
+def _start_decoding_process(threads: int) -> None:
+    """A forked decoding process: `threads` PyTorch threads, and Ctrl-C left to the parent, which stops it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(threads)
+
+
+def map_in_processes(fn: Callable, items: Sequence, at_once: int, threads_each: int) -> list:
+    """[fn(item) for item in items], in order, `at_once` at a time in processes forked for this call, each with
+    `threads_each` PyTorch threads.
+
+    Processes, not threads: a decoding step is hundreds of small PyTorch operations with Python between them,
+    which holds the GIL, so threads of one process decoding batches side by side take turns at it, and gain
+    little over one (bench/README.md, "Batches side by side in processes"). Forked for each call: a forked
+    process has `fn`, the model and all they refer to as they are now (shared copy-on-write, not copied),
+    with nothing to load or pickle on the way in, and the trainer's validation changes its model between
+    calls. Only the results are pickled, on the way back. A process that dies (killed for lack of memory)
+    is an MtxError rather than a wait for ever. Where a platform cannot fork, the items go one at a time.
+    """
+    if at_once <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [fn(item) for item in items]
-    threads = torch.get_num_threads()
-    try:
-        with ThreadPoolExecutor(at_once, thread_name_prefix="mtx-decode", initializer=torch.set_num_threads,
-                                initargs=(threads_each,)) as pool:
-            return list(pool.map(fn, items))
-    finally:
-        torch.set_num_threads(threads)  # also resets the MKL count the threads' setting changed
+    with _FORKING:
+        _FORKED[:] = [(fn, items)]
+        try:
+            with ProcessPoolExecutor(at_once, mp_context=multiprocessing.get_context("fork"),
+                                     initializer=_start_decoding_process, initargs=(threads_each,)) as pool:
+                return list(pool.map(_call_forked, range(len(items))))
+        except BrokenProcessPool as e:
+            raise MtxError(f"A decoding process died ({e}): if the system killed it for lack of memory, lower "
+                           "--threads (each process decodes a batch), --batch-tokens or --beam.") from None
+        finally:
+            _FORKED.clear()
 
 
 def translate_sentences(model: Transformer, tokenizer: Tokenizer, sentences: list[str], decode: DecodeConfig,

@@ -33,7 +33,7 @@ from mtx.decode.translator import (
     Translation,
     Translator,
     batches_at_once,
-    map_in_threads,
+    map_in_processes,
     prepare_model,
     translate_sentences,
 )
@@ -409,23 +409,33 @@ def test_batches_at_once_spread_over_cpu_threads() -> None:
     assert batches_at_once(cuda, 8, 100) == (1, 8)
 
 
-def test_map_in_threads_keeps_order_restores_threads_and_raises() -> None:
+def test_map_in_processes_keeps_order_sets_threads_and_raises() -> None:
+    """Items go to forked processes of `threads_each` threads, which see what the caller's function refers to,
+    and come back in order; an exception in a process is raised here, and a process that dies is an MtxError
+    rather than a wait for ever."""
     before = torch.get_num_threads()
-    seen_threads = []
+    offset = 7  # seen by the forked processes, never sent to them
 
-    def work(i: int) -> int:
-        seen_threads.append(torch.get_num_threads())
-        return i * i
+    def work(i: int) -> tuple[int, int, int]:
+        return i * i + offset, torch.get_num_threads(), os.getpid()
 
-    assert map_in_threads(work, list(range(20)), at_once=3, threads_each=1) == [i * i for i in range(20)]
-    assert set(seen_threads) == {1} and torch.get_num_threads() == before
+    results = map_in_processes(work, list(range(20)), at_once=3, threads_each=1)
+    assert [r[0] for r in results] == [i * i + 7 for i in range(20)]
+    assert {r[1] for r in results} == {1} and torch.get_num_threads() == before
+    assert os.getpid() not in {r[2] for r in results} and len({r[2] for r in results}) <= 3
 
     def fail(i: int) -> int:
         raise ValueError(f"item {i}")
 
     with pytest.raises(ValueError, match="item"):
-        map_in_threads(fail, [1, 2, 3], at_once=2, threads_each=1)
-    assert torch.get_num_threads() == before
+        map_in_processes(fail, [1, 2, 3], at_once=2, threads_each=1)
+
+    def die(i: int) -> int:
+        os._exit(9)
+
+    with pytest.raises(MtxError, match="A decoding process died"):
+        map_in_processes(die, [1, 2, 3], at_once=2, threads_each=1)
+    assert map_in_processes(work, [3], at_once=1, threads_each=1) == [(16, before, os.getpid())]  # no fork for one
 
 
 def test_batches_decoded_side_by_side_equal_one_at_a_time(trained: dict) -> None:
