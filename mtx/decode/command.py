@@ -411,11 +411,11 @@ def read_ahead(lines: Iterable[str], window: int, full: bool = False) -> Iterato
                 break
             if full:
                 item = pending.get()
-                continue
-            try:
-                item = pending.get_nowait()
-            except queue.Empty:
-                break
+            else:
+                try:
+                    item = pending.get_nowait()
+                except queue.Empty:
+                    break
         if batch:
             yield batch
         if item is _END:
