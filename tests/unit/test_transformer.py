@@ -78,23 +78,18 @@ def test_decode_step_after_reorder(beams: int) -> None:
     torch.testing.assert_close(torch.stack(got, dim=1), expected, atol=1e-5, rtol=0)
 
 
-def test_reorder_refuses_rows_that_do_not_group_by_sentence() -> None:
+@pytest.mark.parametrize(("rows", "sentences", "message"), [
+    ([0, 0, 1], None, "grouped evenly"),  # rows that do not group by sentence
+    ([1, 1], [1, 1], "more than once"),  # a sentence's rows continue its own caches in place: it cannot be kept twice
+])
+def test_reorder_refuses_rows_that_do_not_fit_the_sentences(rows: list[int], sentences: list[int] | None,
+                                                            message: str) -> None:
     model = tiny_model()
     src, src_pad = batch(lengths=(6, 3))
     with torch.no_grad():
         state = model.init_state(model.encode(src, src_pad), src_pad, max_len=4)
-    with pytest.raises(ValueError, match="grouped evenly"):
-        state.reorder(torch.tensor([0, 0, 1]))
-
-
-def test_reorder_refuses_a_sentence_kept_twice() -> None:
-    """A sentence's rows continue its own caches in place, so it cannot be kept twice."""
-    model = tiny_model()
-    src, src_pad = batch(lengths=(6, 3))
-    with torch.no_grad():
-        state = model.init_state(model.encode(src, src_pad), src_pad, max_len=4)
-    with pytest.raises(ValueError, match="more than once"):
-        state.reorder(torch.tensor([1, 1]), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match=message):
+        state.reorder(torch.tensor(rows), None if sentences is None else torch.tensor(sentences))
 
 
 def test_forward_at_target_positions_gives_the_states_of_those_positions() -> None:
