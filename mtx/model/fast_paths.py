@@ -3,8 +3,9 @@
 Each function here computes what the model's plain expression computes (the tests check it), and on a GPU
 every one of them is that plain PyTorch call. They exist because a CPU pays for a few operations out of
 proportion to their share of the arithmetic: a Bernoulli draw per dropped element, SDPA's setup for a decoding
-step's handful of queries, and a large vocabulary's output matrix falling out of the cache. What each path was
-measured to gain is in bench/README.md, in the table "The CPU fast paths".
+step's handful of queries, a beam reorder's rows gathered before they are copied, and a large vocabulary's output
+matrix falling out of the cache. What each path was measured to gain is in bench/README.md, in the table "The CPU
+fast paths".
 
 Shapes follow mtx.model.transformer: B sentences, H heads, Dh the head size, D = d_model, V the vocabulary.
 """
@@ -79,6 +80,27 @@ def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> 
     if mask is not None:
         scores.masked_fill_(~mask, -torch.inf)
     return torch.matmul(scores.softmax(dim=-1), v)
+
+
+# ---------------------------------------------------------------------------------------- beam reorders
+
+
+def copy_within(tensor: Tensor, dim: int, sources: Tensor, places: Tensor) -> None:
+    """Copy the slices `sources` of `tensor` along `dim` into its slices `places`, in place; no place may be a
+    source (what is copied is never overwritten before it is read).
+
+    = tensor.index_copy_(dim, places, tensor.index_select(dim, sources))
+
+    A beam reorder copies a few rows of the decoder's cache within it (`DecoderState.reorder`). Through a gathered
+    temporary that is two passes over each row, by PyTorch's general index kernels; on a CPU one `copy_` a row,
+    straight from its source to its place, is one pass of contiguous runs. On a GPU, one launch per row would
+    cost more than the two kernels.
+    """
+    if tensor.device.type == "cpu":
+        for source, place in zip(sources.tolist(), places.tolist(), strict=True):
+            tensor.select(dim, place).copy_(tensor.select(dim, source))
+    else:
+        tensor.index_copy_(dim, places, tensor.index_select(dim, sources))
 
 
 # ------------------------------------------------------------------------------ output projection §3.4

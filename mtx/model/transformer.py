@@ -365,9 +365,11 @@ class DecoderState:
         self_kv = self.self_kv[:, :, : count]
         cross_kv, mask = self.cross_kv[:, :, :kept], None if self.memory_mask is None else self.memory_mask[:kept]
         if copied.numel():
-            self.filled.index_copy_(2, slots[copied], self.filled.index_select(2, held[copied]))
+            # = self.filled.index_copy_(2, slots[copied], self.filled.index_select(2, held[copied]))
+            fast_paths.copy_within(self.filled, 2, held[copied], slots[copied])
         if moved.numel():
-            cross_kv.index_copy_(2, target[moved], self.cross_kv.index_select(2, group[moved]))
+            # = cross_kv.index_copy_(2, target[moved], self.cross_kv.index_select(2, group[moved]))
+            fast_paths.copy_within(self.cross_kv, 2, group[moved], target[moved])
             if mask is not None:
                 mask.index_copy_(0, target[moved], self.memory_mask.index_select(0, group[moved]))
         return DecoderState(self_kv, cross_kv, mask, self.step, self.attention_layer, slots=slots)

@@ -10,6 +10,7 @@ from mtx.model.fast_paths import (
     SLICE_BYTES,
     Dropout,
     attention,
+    copy_within,
     explicit_attention,
     store_weights_transposed,
     tied_projection,
@@ -79,6 +80,25 @@ def test_attention_equals_sdpa_on_either_side_of_few_queries(queries: int) -> No
     q, k, v, _ = qkv_and_mask(queries, keys=queries)
     torch.testing.assert_close(attention(q, k, v, None, dropout=0.0, causal=True),
                                F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+# ---------------------------------------------------------------------------------------- beam reorders
+
+
+@pytest.mark.parametrize("dim", [0, 2])
+def test_copy_within_equals_index_copy_of_the_gathered_slices(dim: int) -> None:
+    """Slices copied row by row within a tensor (a beam reorder's second continuations, and sentences moved into
+    the places of dropped ones) land exactly where index_copy_ of the gathered slices puts them, in a strided
+    view as the decoder's cache is (its filled positions only), and nothing else changes."""
+    g = torch.Generator().manual_seed(3)
+    cache = torch.randn(2, 2, 9, 3, 7, 4, generator=g)
+    view = cache[:, :, :, :, :5] if dim == 2 else cache[:, 0, :, :, :5].movedim(1, 0)
+    sources, places = torch.tensor([4, 0, 4, 8]), torch.tensor([1, 6, 2, 3])  # a source copied twice
+    expected = cache.clone()
+    expected_view = expected[:, :, :, :, :5] if dim == 2 else expected[:, 0, :, :, :5].movedim(1, 0)
+    expected_view.index_copy_(dim, places, expected_view.index_select(dim, sources))
+    copy_within(view, dim, sources, places)
+    assert torch.equal(cache, expected)
 
 
 # --------------------------------------------------------------------------------------- output projection
