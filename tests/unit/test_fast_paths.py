@@ -101,6 +101,13 @@ def test_copy_within_equals_index_copy_of_the_gathered_slices(dim: int) -> None:
     assert torch.equal(cache, expected)
 
 
+def test_copy_within_off_a_cpu_reads_no_index_on_the_host() -> None:
+    """Off a CPU the copy stays the two indexing kernels, which never bring the indices to the host (a meta
+    tensor has no values to bring: reading them would raise)."""
+    cache = torch.empty(2, 9, 3, device="meta")
+    copy_within(cache, 1, torch.tensor([4, 8], device="meta"), torch.tensor([1, 2], device="meta"))
+
+
 # --------------------------------------------------------------------------------------- output projection
 
 # An embedding matrix whose float32 form spans two and a half of tied_projection's slices (one and a quarter in
