@@ -371,7 +371,7 @@ class DecoderState:
             # = cross_kv.index_copy_(2, target[moved], self.cross_kv.index_select(2, group[moved]))
             fast_paths.copy_within(self.cross_kv, 2, group[moved], target[moved])
             if mask is not None:
-                mask.index_copy_(0, target[moved], self.memory_mask.index_select(0, group[moved]))
+                fast_paths.copy_within(self.memory_mask, 0, group[moved], target[moved])
         return DecoderState(self_kv, cross_kv, mask, self.step, self.attention_layer, slots=slots)
 
 
