@@ -90,14 +90,15 @@ def test_copy_within_equals_index_copy_of_the_gathered_slices(dim: int) -> None:
     """Slices copied row by row within a tensor (a beam reorder's second continuations, and sentences moved into
     the places of dropped ones) land exactly where index_copy_ of the gathered slices puts them, in a strided
     view as the decoder's cache is (its filled positions only), and nothing else changes."""
+    def filled(cache: torch.Tensor) -> torch.Tensor:  # a strided view whose `dim` holds 9 slices
+        return cache[:, :, :, :, :5] if dim == 2 else cache[:, 0, :, :, :5].movedim(1, 0)
+
     g = torch.Generator().manual_seed(3)
     cache = torch.randn(2, 2, 9, 3, 7, 4, generator=g)
-    view = cache[:, :, :, :, :5] if dim == 2 else cache[:, 0, :, :, :5].movedim(1, 0)
     sources, places = torch.tensor([4, 0, 4, 8]), torch.tensor([1, 6, 2, 3])  # a source copied twice
     expected = cache.clone()
-    expected_view = expected[:, :, :, :, :5] if dim == 2 else expected[:, 0, :, :, :5].movedim(1, 0)
-    expected_view.index_copy_(dim, places, expected_view.index_select(dim, sources))
-    copy_within(view, dim, sources, places)
+    filled(expected).index_copy_(dim, places, filled(expected).index_select(dim, sources))
+    copy_within(filled(cache), dim, sources, places)
     assert torch.equal(cache, expected)
 
 
