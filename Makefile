@@ -22,26 +22,34 @@ $(STAMP): pyproject.toml
 # Every optional extra, with torch kept at its pin, so that no test of them skips: export (transformers,
 # safetensors, ctranslate2 for `mtx export`), report (matplotlib for `mtx report -o`), tensorboard, serve
 # (FastAPI, uvicorn and Swagger UI's files for `mtx serve`), docs (MkDocs, for the site's strict build), langid
-# (py3langid, for data.filter.language_id).
-install-extras: install
-	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[dev,export,report,tensorboard,serve,docs,langid]'
+# (the language identifier of data.filter.language_id).
+EXTRAS       := dev,export,report,tensorboard,serve,docs,langid
+EXTRAS_STAMP := $(VENV)/.extras-installed
 
-# The whole suite: unit, integration (the CLI pipeline), distributed (gloo) and slow system tests.
-test: install
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q --durations=15
+install-extras: $(EXTRAS_STAMP)
 
-test-fast: install
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q -m "not slow and not dist"
+$(EXTRAS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet $(TORCH) -e '.[$(EXTRAS)]'
+	touch $(EXTRAS_STAMP)
 
-test-slow: install
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q -m "slow or dist"
+# The whole suite: unit, integration (the CLI pipeline), distributed (gloo) and slow system tests. It installs
+# the extras first, so that a newcomer runs the tests CI runs; -rs lists what still skips, and why (a browser or
+# Graphviz that only the system's package manager installs: .ci/run does).
+test: install-extras
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q -rs --durations=15
+
+test-fast: install-extras
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q -rs -m "not slow and not dist"
+
+test-slow: install-extras
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q -rs -m "slow or dist"
 
 lint: install
 	$(BIN)/ruff check mtx tests bench .ci
 
 # Line and branch coverage of mtx/ over the whole suite, subprocesses (the CLI, torchrun's workers) included:
 # a summary here, the annotated source in coverage-html/index.html.
-coverage: install
+coverage: install-extras
 	rm -f .coverage .coverage.*
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/coverage run -m pytest -q -p no:cacheprovider
 	$(BIN)/coverage combine -q

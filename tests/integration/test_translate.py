@@ -204,13 +204,24 @@ def test_int8_decodes_with_int8_linear_layers(trained: dict, translators: list[T
     assert isinstance(translator.models[0].output_proj, Int8Linear)
     assert not any(isinstance(m, torch.nn.Linear) for m in translator.models[0].modules())
     assert sum(a == b for a, b in zip(int8, held_out, strict=True)) >= 0.9 * len(held_out)
-    # Each input row quantised on its own: the same translations in batches of any size, on any threads, and
-    # the same scores but for float32's own rounding (attention over a padded batch sums in another order).
+    # Each input row quantised on its own (mtx.model.int8), so a sentence's int8 arithmetic depends on its batch
+    # only through float32's rounding in attention over padded positions. What that guarantees on every CPU (AVX2,
+    # AVX-512, VNNI kernels alike), and so what is asserted:
+    # - the same batches on 1 or 2 threads: the same kernels on the same rows, so the same scores, bit for bit;
+    # - alone or in a padded batch: the same tokens, and the same scores to float32's rounding for almost every
+    #   sentence. Not for all: a last-bit difference can carry an activation across an int8 rounding boundary,
+    #   moving it by a whole level (1/127 of its row's largest value), and such a sentence's score by far more
+    #   than a rounding. One scale per batch, which this replaced, would move every sentence's score.
     jsonl = [*args, "--dtype", "int8", "--format", "jsonl"]
-    one_by_one, together = ([json.loads(line) for line in translate_cli([*jsonl, *flags])[1]]
-                            for flags in (["--threads", "1", "--batch-tokens", "1"], ["--threads", "2"]))
-    assert [line["tokens"] for line in one_by_one] == [line["tokens"] for line in together]
-    assert [line["score"] for line in one_by_one] == pytest.approx([line["score"] for line in together], abs=1e-5)
+    one_by_one, one_thread, two_threads = ([json.loads(line) for line in translate_cli([*jsonl, *flags])[1]]
+                                           for flags in (["--threads", "1", "--batch-tokens", "1"],
+                                                         ["--threads", "1"], ["--threads", "2"]))
+    assert [line["score"] for line in one_thread] == [line["score"] for line in two_threads]
+    assert [line["tokens"] for line in one_by_one] == [line["tokens"] for line in two_threads]
+    alone, batched = ([line["score"] for line in lines] for lines in (one_by_one, two_threads))
+    rounding_only = [a == pytest.approx(b, abs=1e-5) for a, b in zip(alone, batched, strict=True)]
+    assert sum(rounding_only) >= 0.9 * len(alone)
+    assert alone == pytest.approx(batched, rel=0.1)  # a level's move, never a different translation's score
 
 
 def test_beam_one_decodes_by_greedy_search(trained: dict, monkeypatch) -> None:
