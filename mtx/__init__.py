@@ -5,6 +5,7 @@ docstring the map of its modules. A lower stage never imports a higher one (test
 
     errors       user errors (MtxError): a message and exit 1, never a traceback
     files        atomic writes: a file is complete or absent
+    lock_file    one writer at a time: a lock file with a heartbeat, across a cluster's machines
     devices      one decision of device and precision for training and translation
     tokenizer    the joint subword vocabulary in its styles, and its normalisation
     checkpoint   the checkpoint file format: written atomically, read with clear errors, averaged
