@@ -381,7 +381,7 @@ class Pairs:
 
 class MemorySplit:
     """Sentence pairs of token ids held in memory, read as mtx.data.prepared.TokenSplit is read by a pass over
-    the whole split (`len`, `block`): for tests of what learns from a prepared split."""
+    the whole split or a sample of it (`len`, `block`, `rows`): for tests of what learns from a prepared split."""
 
     def __init__(self, pairs: list[tuple[list[int], list[int]]]) -> None:
         self.pairs = pairs
@@ -393,6 +393,9 @@ class MemorySplit:
         sentences = [pair[0 if side == "src" else 1] for pair in self.pairs[start:end]]
         offsets = np.cumsum([0, *map(len, sentences)]).astype(np.int64)
         return np.array([t for s in sentences for t in s], dtype=np.int64), offsets
+
+    def rows(self, side: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return MemorySplit([self.pairs[i] for i in indices]).block(side, 0, len(indices))
 
 
 def copy_lexicon(tokenizer: Tokenizer, vocab_size: int, sentences: list[str], width: int = 10):

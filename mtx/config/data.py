@@ -263,9 +263,19 @@ class BpeConfig:
 @dataclass
 class LexiconConfig:
     """The lexical translation table `mtx prepare` learns from the training pairs (mtx.data.lexicon), which
-    decoding shortlists are made of (decode.shortlist). It is learnt on its own after the token splits, so a
-    change here learns it again and leaves the splits as they are."""
+    decoding shortlists are made of (decode.shortlist), and only those: it is learnt only when asked for, as it
+    costs prepare more time and memory than the rest of it on short corpora. It is learnt on its own after the
+    token splits, so a change here learns it again and leaves the splits as they are."""
 
+    learn: bool = setting(
+        False, "Learn the table in `mtx prepare`, which a shortlist needs (mtx translate --shortlist, "
+        "decode.shortlist, mtx serve's shortlist, mtx export --shortlist); off, prepare does no lexicon work. "
+        "Turned on for a prepared folder, prepare learns only the table.")
+    pairs: int | None = setting(
+        500_000, "The most training pairs the table is learnt from, evenly spread over the split (every n/N-th pair, "
+        "the same each run), which bounds its time and memory whatever the corpus size; a smaller sample gives "
+        "rare tokens fewer translations (docs/guides/decoding.md). Unset: every pair.",
+        bounds=Bounds(1, note="leave it unset to learn from every pair"))
     iterations: int = setting(
         5, "EM iterations of IBM Model 1 over the training pairs; 0: co-occurrence counts, what EM starts from "
         "(faster, and a shortlist then needs more tokens for the same coverage: bench/README.md).",

@@ -132,9 +132,9 @@ class DecodeConfig:
             return problem("beam", f"is more than the model's {vocabulary:,} vocabulary tokens: beams are distinct "
                            "continuations, so there cannot be more")
         if self.shortlist and lexicon_width == 0:
-            return problem("shortlist", "needs the checkpoint's lexical table, and it has none (it was trained on "
-                           "data prepared before mtx learnt one): translate without it, or prepare the data again "
-                           "(`mtx prepare` learns only the table) and train from it")
+            return problem("shortlist", "needs the checkpoint's lexical table, and it has none: its data was "
+                           "prepared without one. Translate without it, or set data.lexicon.learn: true in its "
+                           "recipe, run `mtx prepare` again (it learns only the table) and train from that data")
         if lexicon_width is not None and self.shortlist > lexicon_width:
             return problem("shortlist", f"is more than the {lexicon_width} translations per source token the "
                            "checkpoint's lexical table holds (data.lexicon.width)")

@@ -15,6 +15,9 @@ Memory and time: the pairs are read a block of sentences at a time from the memo
 the table of every (s, t) seen in one pair, 20 bytes each (its key s·V + t, probability and expected count), and,
 while they fit in `CACHE_BYTES`, each (source token, target token) pair's index into it, 4 bytes, so that EM's
 passes after its first read memory rather than the split. One pass is made for the table and one per iteration.
+Both grow with the pairs read, so a split of more than `pairs` is learnt from a sample of that many, evenly spread
+over it: what the table costs is bounded whatever the corpus size, and the sample costs only the rarest tokens'
+translations (bench/README.md measures the coverage it keeps).
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ FORMAT = 1  # bump when the file's layout changes
 class Lexicon:
     """translations: (V, width) each source token's likeliest target tokens by t(t | s), best first, PAD after
     the last where it was seen with fewer; frequent: the target tokens seen in training, most frequent first;
-    iterations: the EM iterations it was learnt with (0: co-occurrence)."""
+    iterations: the EM iterations it was learnt with (0: co-occurrence); pairs: the sentence pairs it was learnt
+    from (None: not recorded, as by a table of before samples, which was learnt from every training pair)."""
 
     translations: np.ndarray
     frequent: np.ndarray
     iterations: int
+    pairs: int | None = None
 
     @property
     def width(self) -> int:
@@ -57,7 +62,7 @@ class Lexicon:
         import torch  # here only: preparing data imports no torch
 
         return {"format": FORMAT, "iterations": self.iterations, "translations": torch.from_numpy(self.translations),
-                "frequent": torch.from_numpy(self.frequent)}
+                "frequent": torch.from_numpy(self.frequent), **self._recorded()}
 
     @classmethod
     def of_checkpoint(cls, checkpoint: dict) -> Lexicon | None:
@@ -65,11 +70,17 @@ class Lexicon:
         stored = checkpoint.get("lexicon")
         if stored is None:
             return None
-        return cls(stored["translations"].numpy(), stored["frequent"].numpy(), int(stored["iterations"]))
+        return cls(stored["translations"].numpy(), stored["frequent"].numpy(), int(stored["iterations"]),
+                   stored.get("pairs"))
+
+    def _recorded(self) -> dict[str, int]:
+        """`pairs` where it is known, as the files and checkpoints of before samples lack it."""
+        return {} if self.pairs is None else {"pairs": self.pairs}
 
     def save(self, data_dir: Path) -> None:
         atomic_write(data_dir / FILE, lambda f: np.savez(f, format=FORMAT, iterations=self.iterations,
-                                                          translations=self.translations, frequent=self.frequent))
+                                                          translations=self.translations, frequent=self.frequent,
+                                                          **self._recorded()))
 
     @classmethod
     def load(cls, data_dir: Path) -> Lexicon | None:
@@ -80,7 +91,8 @@ class Lexicon:
         with np.load(path) as stored:
             if int(stored["format"]) != FORMAT:
                 return None
-            return cls(stored["translations"], stored["frequent"], int(stored["iterations"]))
+            return cls(stored["translations"], stored["frequent"], int(stored["iterations"]),
+                       int(stored["pairs"]) if "pairs" in stored.files else None)
 
 
 def width_of(lexicon: Lexicon | None) -> int:
@@ -88,11 +100,14 @@ def width_of(lexicon: Lexicon | None) -> int:
     return 0 if lexicon is None else lexicon.width
 
 
-def learn_lexicon(split: TokenSplit, vocab_size: int, width: int, iterations: int,
+def learn_lexicon(split: TokenSplit, vocab_size: int, width: int, iterations: int, pairs: int | None = None,
                   advance: Callable[[int], None] = lambda pairs: None, cache_bytes: int = CACHE_BYTES) -> Lexicon:
-    """The table of `split`'s pairs: `width` target tokens per source token, after `iterations` of EM.
-    `advance(pairs)` is told of every block of sentence pairs read: (iterations + 2) passes over the split in
-    all, of which those after the second are made from memory where the blocks fit in `cache_bytes`."""
+    """The table of `split`'s pairs, or of `pairs` of them evenly spread (`evenly_spread`) where it has more:
+    `width` target tokens per source token, after `iterations` of EM. `advance(pairs)` is told of every block
+    of sentence pairs read: (iterations + 2) passes over the pairs learnt from in all, of which those after the
+    second are made from memory where the blocks fit in `cache_bytes`."""
+    if pairs is not None and pairs < len(split):
+        split = Sample(split, evenly_spread(len(split), pairs))
     keys, target_counts = _cooccurring(split, vocab_size, advance)
     blocks = _Blocks(split, keys, vocab_size, advance, cache_bytes)
     probability: np.ndarray | None = None  # None: every alignment equally likely, where EM starts
@@ -108,7 +123,34 @@ def learn_lexicon(split: TokenSplit, vocab_size: int, width: int, iterations: in
         probability = (counts / np.bincount(sources, weights=counts, minlength=vocab_size)[sources]).astype(np.float32)
     return Lexicon(_best_targets(keys, probability, vocab_size, width),
                    np.argsort(-target_counts, kind="stable")[: int((target_counts > 0).sum())].astype(np.int32),
-                   iterations)
+                   iterations, len(split))
+
+
+def sample_size(split_pairs: int, pairs: int | None) -> int:
+    """The sentence pairs `learn_lexicon` learns from, of a split of `split_pairs`, bounded by `pairs`."""
+    return split_pairs if pairs is None else min(pairs, split_pairs)
+
+
+def evenly_spread(total: int, count: int) -> np.ndarray:
+    """`count` distinct indices of 0..total - 1, one every total / count, from 0: a sample that takes alike from
+    every stretch of the split (each corpus of several in proportion to its size, a corpus ordered by source or by
+    date from each part), and the same sample on every run, as prepare is."""
+    assert 0 < count <= total, (count, total)
+    return np.arange(count, dtype=np.int64) * total // count
+
+
+class Sample:
+    """The pairs of `split` at `indices` (increasing), read as a split is read (`len`, `block`), each block
+    gathered from the split's memory map by `rows`, which reads only the sentences chosen."""
+
+    def __init__(self, split: TokenSplit, indices: np.ndarray) -> None:
+        self.split, self.indices = split, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def block(self, side: str, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.split.rows(side, self.indices[start:end])
 
 
 class _Blocks:

@@ -14,9 +14,11 @@ The pipeline streams, so memory stays flat from the 10k-pair demo to WMT14 En-Fr
              with a side longer than the model's `max_positions` in BPE tokens (EOS included) are dropped
              here (fairseq's size filter), since the trainer cannot hold them; only here are the BPE lengths
              known, so the BPE learnt in step 3 may still have seen those pairs. Valid/test are never filtered.
-5. lexicon — the lexical translation table of the training pairs (mtx.data.lexicon), `lexicon.npz`, which
+5. lexicon — only with `data.lexicon.learn`: the lexical translation table of the training pairs, or of an
+             evenly spread sample of `data.lexicon.pairs` of them (mtx.data.lexicon), `lexicon.npz`, which
              decoding shortlists are made of. It is learnt on its own: a data folder that is up to date but
              lacks it, or holds one of other `data.lexicon` settings, gets it learnt without the steps above.
+             Without `learn` no lexicon work is done, and a table already in the folder is left as it is.
 
 A recipe with several corpora (`data.sources`) has each cleaned and filtered on its own, into its own work files,
 and counted on its own in the manifest; dedup runs across them (the first occurrence, in corpus order, wins, and
@@ -64,7 +66,7 @@ from mtx.config.model import resolve_model
 from mtx.config.recipe import Recipe
 from mtx.data.cleaning import PairCleaner, unidentifiable
 from mtx.data.corpora import CHUNK_PAIRS, SPLITS, RawPair, SplitStream, open_corpora
-from mtx.data.lexicon import Lexicon, learn_lexicon
+from mtx.data.lexicon import Lexicon, learn_lexicon, sample_size
 from mtx.data.manifest import FILTERS, build_manifest, describe_drops, fingerprint, origins, print_summary, up_to_date
 from mtx.data.prepared import SIDES, load_manifest, load_split
 from mtx.data.vocabulary import borrowed_tokenizer, learn_tokenizer
@@ -91,7 +93,7 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
     _check_identifiable(data)
     stamp = fingerprint(data, max_positions)
     if up_to_date(data_dir, stamp):
-        if lexicon_is_current(data_dir, data.lexicon):
+        if not data.lexicon.learn or lexicon_is_current(data_dir, data.lexicon):
             console.print(f"{data_dir} is up to date (same data recipe and input files): nothing to do.")
         else:
             with _progress(console) as progress:
@@ -109,7 +111,8 @@ def prepare(recipe: Recipe, workers: int | None = None, console: Console | None 
             manifest.update(stamp, seconds=round(time.monotonic() - started, 1))
             shutil.rmtree(partial / "work")
             _write_json(partial / "manifest.json", manifest)
-            learn_data_lexicon(partial, data.lexicon, progress)
+            if data.lexicon.learn:
+                learn_data_lexicon(partial, data.lexicon, progress)
         _replace_dir(partial, data_dir)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
@@ -175,18 +178,24 @@ def _build_data_folder(data: DataConfig, max_positions: int, corpora: list[dict[
 
 
 def lexicon_is_current(data_dir: Path, settings: LexiconConfig) -> bool:
-    """Whether `data_dir` holds a lexical table learnt with `settings`."""
+    """Whether `data_dir` holds a lexical table learnt with `settings`: its iterations and width, and from as many
+    training pairs as `settings.pairs` lets it read (a table that does not record them was learnt from all)."""
     lexicon = Lexicon.load(data_dir)
-    return lexicon is not None and (lexicon.iterations, lexicon.width) == (settings.iterations, settings.width)
+    if lexicon is None or (lexicon.iterations, lexicon.width) != (settings.iterations, settings.width):
+        return False
+    split_pairs = len(load_split(data_dir, "train"))
+    return (split_pairs if lexicon.pairs is None else lexicon.pairs) == sample_size(split_pairs, settings.pairs)
 
 
 def learn_data_lexicon(data_dir: Path, settings: LexiconConfig, progress: Progress) -> None:
     """Learn the lexical table of `data_dir`'s training split (mtx.data.lexicon) into it."""
     split = load_split(data_dir, "train")
     vocab_size = Tokenizer.from_file(data_dir / "tokenizer.json").vocab_size
-    task = progress.add_task(f"lexical table (IBM Model 1, {settings.iterations} iterations)",
-                             total=(settings.iterations + 2) * len(split))
-    learn_lexicon(split, vocab_size, settings.width, settings.iterations,
+    pairs = sample_size(len(split), settings.pairs)
+    read = f"{pairs:,} pairs" + ("" if pairs == len(split) else f" of {len(split):,}, evenly spread")
+    task = progress.add_task(f"lexical table (IBM Model 1, {settings.iterations} iterations, {read})",
+                             total=(settings.iterations + 2) * pairs)
+    learn_lexicon(split, vocab_size, settings.width, settings.iterations, settings.pairs,
                   lambda pairs: progress.advance(task, pairs)).save(data_dir)
 
 

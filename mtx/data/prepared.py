@@ -68,6 +68,15 @@ class TokenSplit:
         tokens = np.array(self._tokens[side][offsets[0] : offsets[-1]], dtype=np.int64)
         return tokens, offsets - offsets[0]
 
+    def rows(self, side: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The sentences at `indices` of `side`, as `block` gives a block's, for a pass over a sample of the split:
+        only their tokens are read from the memory map."""
+        starts = np.array(self._offsets[side][indices], dtype=np.int64)
+        lengths = np.array(self._offsets[side][indices + 1], dtype=np.int64) - starts
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
+        return np.array(self._tokens[side][np.repeat(starts, lengths) + within], dtype=np.int64), offsets
+
     def _sentence(self, side: str, i: int) -> np.ndarray:
         if not 0 <= i < len(self):
             raise IndexError(f"sentence {i} is out of range for a split of {len(self)}")

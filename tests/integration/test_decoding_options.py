@@ -310,6 +310,7 @@ def test_a_shortlist_of_the_tables_translations_copies_as_the_whole_vocabulary_d
 def test_a_shortlist_is_refused_without_a_table_or_beyond_its_width(copying: dict) -> None:
     result, _ = translate_cli(["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), "--shortlist", "5"])
     assert result.exit_code == 1 and "--shortlist 5 needs the checkpoint's lexical table" in str(result.exception)
+    assert "set data.lexicon.learn: true" in str(result.exception) and "`mtx prepare` again" in str(result.exception)
     result, _ = translate_cli(["-m", str(with_lexicon(copying)), "-i", str(copying["source"]), "--shortlist", "11"])
     assert result.exit_code == 1 and "more than the 10 translations per source token" in str(result.exception)
 

@@ -350,7 +350,8 @@ def numeric_keys(cls: type = Recipe, prefix: str = "") -> Iterator[tuple[str, da
 NUMERIC_KEYS = {key: (f, kind) for key, f, kind in numeric_keys()}
 NUMBER_TYPES = {"an integer", "a number", "an integer or null", "a number or null"}
 DEMO = {"pairs": 200, "valid": 10, "test": 10}
-BASE_RECIPE = {"name": "edges", "data": {"source": {"demo": DEMO}, "bpe": {"vocab_size": 400}},
+BASE_RECIPE = {"name": "edges", "data": {"source": {"demo": DEMO}, "bpe": {"vocab_size": 400},
+                                         "lexicon": {"learn": True}},  # so that the lexicon's keys are exercised
                "model": {"preset": "tiny"}}
 # The rules that tie a key to another of the base recipe (tiny: d_model 128, heads 4; filter 1 to 250 words;
 # decode beam 4, nbest 1, no sampling; no tags): (refuses the value, the keys its message may name).
@@ -575,6 +576,7 @@ PREPARE_KEYS: dict[str, Callable[[int | float], bool]] = {
     "data.source.demo.seed": lambda v: False,
     "data.lexicon.iterations": lambda v: False,
     "data.lexicon.width": lambda v: False,
+    "data.lexicon.pairs": lambda v: False,
 }
 
 

@@ -197,20 +197,35 @@ def test_rerun_is_a_no_op_unless_the_data_section_or_inputs_change(tmp_path: Pat
     assert not reprepare()
 
 
-def test_the_lexical_table_is_learnt_with_the_data_and_alone_when_its_settings_change(tmp_path: Path) -> None:
+def test_the_lexical_table_is_learnt_only_when_asked_and_then_alone_when_its_settings_change(tmp_path: Path
+                                                                                            ) -> None:
     path = _recipe(tmp_path, _files_source(tmp_path))
     data_dir = tmp_path / "run" / "data"
-    _prepare_quietly(path)
-    lexicon = Lexicon.load(data_dir)
-    assert lexicon is not None and (lexicon.iterations, lexicon.width) == (5, 100)
+    _, printed = _prepare_quietly(path)
+    assert not (data_dir / "lexicon.npz").exists() and "lexical table" not in printed  # not asked for: no work
     splits = {p.name: p.stat().st_mtime_ns for p in data_dir.glob("*.tokens")}
     inode = data_dir.stat().st_ino
-    _, printed = _prepare_quietly(path, "data.lexicon.iterations=1", "data.lexicon.width=7")
-    assert "up to date" not in printed and "lexical table" in printed
+
+    def relearnt(*overrides: str) -> bool:
+        """Whether prepare learnt the table again, after checking it kept the splits as they were."""
+        printed = _prepare_quietly(path, "data.lexicon.learn=true", *overrides)[1]
+        assert data_dir.stat().st_ino == inode  # the splits kept, not prepared again
+        assert {p.name: p.stat().st_mtime_ns for p in data_dir.glob("*.tokens")} == splits
+        return "up to date" not in printed and "lexical table" in printed
+
+    assert relearnt()  # turned on for a prepared folder: the table alone
+    lexicon = Lexicon.load(data_dir)
+    pairs = len(load_split(data_dir, "train"))
+    assert lexicon is not None and (lexicon.iterations, lexicon.width, lexicon.pairs) == (5, 100, pairs)
+    assert relearnt("data.lexicon.iterations=1", "data.lexicon.width=7")
     assert (Lexicon.load(data_dir).iterations, Lexicon.load(data_dir).width) == (1, 7)
-    assert data_dir.stat().st_ino == inode  # the splits kept, not prepared again
-    assert {p.name: p.stat().st_mtime_ns for p in data_dir.glob("*.tokens")} == splits
-    assert "up to date" in _prepare_quietly(path, "data.lexicon.iterations=1", "data.lexicon.width=7")[1]
+    assert not relearnt("data.lexicon.iterations=1", "data.lexicon.width=7")
+    assert not relearnt("data.lexicon.iterations=1", "data.lexicon.width=7", f"data.lexicon.pairs={pairs + 1}")
+    assert relearnt("data.lexicon.iterations=1", "data.lexicon.width=7", f"data.lexicon.pairs={pairs - 1}")
+    assert Lexicon.load(data_dir).pairs == pairs - 1  # a sample, and a table of every pair again when unset
+    assert relearnt("data.lexicon.iterations=1", "data.lexicon.width=7", "data.lexicon.pairs=null")
+    assert "up to date" in _prepare_quietly(path)[1]  # turned off: the table learnt is left as it is
+    assert Lexicon.load(data_dir).pairs == pairs
 
 
 def _translations(path: Path, texts: list[str], confidences: list[float], nbest: bool = False) -> Path:

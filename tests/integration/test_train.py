@@ -78,6 +78,7 @@ def test_resume_is_exact(tmp_path: Path) -> None:
     """
     settings = dict(update_freq=2, log_every=2, validate_every=4, save_every=5, keep_last=2)
     straight = prepared(tmp_path / "straight")
+    prepare(recipe(straight, "data.lexicon.learn=true"), workers=1, console=Console(file=io.StringIO()))  # its table
     state = train(recipe(straight, max_steps=20, **settings))
     assert state.step == 20 and state.epoch >= 2
 
