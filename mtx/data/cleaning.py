@@ -51,11 +51,19 @@ SCRIPTS: dict[str, frozenset[str]] = {
 # The name each filter counts its drops under (mtx.data.manifest.FILTERS), in the order `PairCleaner` runs them.
 REASONS = ("copy", "numbers", "placeholders", "urls", "non_letters", "repeats", "long_word", "script", "language")
 
+# The patterns run on every line of a crawl, hostile ones included (10^5 characters without a space), so each is
+# linear in the line's length: a match can start only where the pattern's first character is (%, {, $, h, w or
+# the start of a run of address characters), and from there it scans one run of characters that the next start
+# does not scan again.
 _NOT_WORD = re.compile(r"[\W_]+")  # what `copy` sets aside: punctuation, symbols, spaces
 _DIGITS = re.compile(r"\d+")
-# printf's conversions without the space flag, which would read "50 % der" as the placeholder "% d"
-_PLACEHOLDER = re.compile(r"%(?:\d+\$)?[-+#0]*\d*(?:\.\d+)?[sdifuxXeEgGcpo%@]|\{[\w.:-]*\}|\$\d+")
-_URL_OR_ADDRESS = re.compile(r"(?:https?://|www\.)[^\s<>\"']+[^\s<>\"'.,;:!?)]|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# printf's conversions without the space flag, which would read "50 % der" as the placeholder "% d". The width
+# starts with 1-9 (a 0 there is a flag), so that flags and width never share a digit: "%000…" is read one way.
+_PLACEHOLDER = re.compile(r"%(?:\d+\$)?[-+#0]*(?:[1-9]\d*)?(?:\.\d+)?[sdifuxXeEgGcpo%@]|\{[\w.:-]*\}|\$\d+")
+# An address starts where a run of its characters starts (the lookbehind): tried from every letter of a long run,
+# the pattern would scan the rest of the run each time.
+_URL_OR_ADDRESS = re.compile(r"(?:https?://|www\.)[^\s<>\"']+[^\s<>\"'.,;:!?)]"
+                             r"|(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 
 @dataclass(frozen=True)

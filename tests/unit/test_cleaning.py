@@ -3,9 +3,13 @@ that looks most like it, and names itself; a filter left off drops nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import multiprocessing
+import os
 import pickle
 import sys
+from multiprocessing.connection import Connection
 
 import pytest
 
@@ -90,3 +94,55 @@ def test_language_identification_without_its_extra_names_it(monkeypatch: pytest.
     monkeypatch.setitem(sys.modules, "py3langid", None)  # an import of it fails, as where it is not installed
     with pytest.raises(MtxError, match=r"mtx\[langid\]"):
         PairCleaner(dataclasses.replace(FilterConfig(), language_id=True), "en", "de")
+
+
+LONG = 100_000
+# Lines of 10^5 characters without a space, in the shapes that make a backtracking pattern scan the rest of the
+# line again from each of its characters (quadratic: a minute or more for one pair), as a hostile or broken crawl
+# may hold them.
+HOSTILE = {
+    "letters": "a" * LONG,
+    "addresses": "a@" * (LONG // 2),
+    "dotted address": "a." * (LONG // 4) + "@" + "a" * (LONG // 2),
+    "urls": "http://" * (LONG // 7),
+    "www": "www.!" * (LONG // 5),
+    "digits": "1" * LONG,
+    "percents": "%" * LONG,
+    "printf flags": "%" + "0" * LONG,
+    "printf position": "%" + "1" * LONG,
+    "braces": "{" + "a" * LONG,
+}
+SINGLE_FILTERS = {name: dataclasses.replace(FilterConfig(), **{name: value}) for name, value in (
+    ("copies", True), ("numbers", True), ("placeholders", True), ("urls", True), ("min_letters", 0.5),
+    ("max_repeats", 3), ("max_word_len", 30), ("max_foreign_script", 0.1))}
+BOUND_S = 5.0  # per pair: each filter takes milliseconds on such a pair, a quadratic one a minute
+
+
+def _clean_hostile_pairs(done: Connection, filters: dict[str, FilterConfig]) -> None:
+    """In a forked child: each filter alone on each hostile pair, telling the parent as each one ends."""
+    for filt in filters.values():
+        cleaner = PairCleaner(filt, "en", "de")
+        for line in HOSTILE.values():
+            cleaner(line, line)
+            done.send(True)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="runs the filters in a forked child, to stop one that hangs")
+def test_every_filter_is_linear_in_the_line_length() -> None:
+    filters = dict(SINGLE_FILTERS)
+    with contextlib.suppress(ImportError):
+        import py3langid  # noqa: F401  (the language filter is checked where its extra is installed)
+
+        filters["language_id"] = dataclasses.replace(FilterConfig(), language_id=True)
+    context = multiprocessing.get_context("fork")
+    done, child_end = context.Pipe(duplex=False)
+    child = context.Process(target=_clean_hostile_pairs, args=(child_end, filters), daemon=True)
+    child.start()
+    try:
+        for name in filters:
+            for shape in HOSTILE:
+                assert done.poll(BOUND_S), f"{name} took over {BOUND_S} s on a pair of {LONG:,} characters ({shape})"
+                done.recv()
+    finally:
+        child.kill()
+        child.join()
