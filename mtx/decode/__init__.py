@@ -8,6 +8,7 @@
                    from the models or from the checkpoints' metadata alone (the server's request checks)
     target_lang    which language a model of several target languages produces: the tag put before a source
     translator     `Translator`: sentences in, n-best lists out, batched by length, on CPU threads or a GPU
+    lifetime       a forked decoding process ends with its parent, even one killed with SIGKILL
     ensemble       several models searched as one, their next-token probabilities averaged
     shortlist      each sentence searched over its own few likely target tokens (--shortlist), from the lexicon
     alignment      word alignments from one decoder layer's cross-attention, carried through the search

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import signal
 import threading
 import time
@@ -43,6 +44,7 @@ from mtx.decode.alignment import AligningDecoder, Alignment, align_searched, ali
 from mtx.decode.doubts import DoubtThresholds, doubts
 from mtx.decode.ensemble import Ensemble, load_models
 from mtx.decode.forced import forced_scores
+from mtx.decode.lifetime import end_with_parent
 from mtx.decode.limits import ModelLimits
 from mtx.decode.sampling import line_indices
 from mtx.decode.search import Constraints, Hypothesis, IncrementalDecoder, LengthPenalty, Sampling, most_endings, search
@@ -340,8 +342,10 @@ def _call_forked(index: int) -> object:
     return fn(items[index])
 
 
-def _start_decoding_process(threads: int) -> None:
-    """A forked decoding process: `threads` PyTorch threads, and Ctrl-C left to the parent, which stops it."""
+def _start_decoding_process(threads: int, parent: int) -> None:
+    """A forked decoding process: `threads` PyTorch threads, Ctrl-C left to the parent, which stops it, and an end
+    when the parent `parent` ends, even killed with SIGKILL (mtx.decode.lifetime)."""
+    end_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
 
@@ -356,7 +360,8 @@ def map_in_processes(fn: Callable, items: Sequence, at_once: int, threads_each: 
     process has `fn`, the model and all they refer to as they are now (shared copy-on-write, not copied),
     with nothing to load or pickle on the way in, and the trainer's validation changes its model between
     calls. Only the results are pickled, on the way back. A process that dies (killed for lack of memory)
-    is an MtxError rather than a wait for ever. Where a platform cannot fork, the items go one at a time.
+    is an MtxError rather than a wait for ever; the processes end with this one, however it ends (killed with
+    SIGKILL too: mtx.decode.lifetime). Where a platform cannot fork, the items go one at a time.
     """
     if at_once <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [fn(item) for item in items]
@@ -364,7 +369,7 @@ def map_in_processes(fn: Callable, items: Sequence, at_once: int, threads_each: 
         _FORKED[:] = [(fn, items)]
         try:
             with ProcessPoolExecutor(at_once, mp_context=multiprocessing.get_context("fork"),
-                                     initializer=_start_decoding_process, initargs=(threads_each,)) as pool:
+                                     initializer=_start_decoding_process, initargs=(threads_each, os.getpid())) as pool:
                 return list(pool.map(_call_forked, range(len(items))))
         except BrokenProcessPool as e:
             raise MtxError(f"A decoding process died ({e}): if the system killed it for lack of memory, lower "
