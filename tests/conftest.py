@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
-from support import copy_task
+from support import copy_lexicon, copy_task
 
 # Property tests draw the same examples on every run and machine: a failure is reproduced by running the test
 # again, and a pass never depends on luck. No example database either, so nothing is written into the
@@ -27,6 +27,23 @@ def copy_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     save_checkpoint(make_checkpoint(model, tokenizer.to_str(), {"decode": decode}, 250), checkpoint)
     (folder / "held_out.txt").write_text("".join(f"{s}\n" for s in held_out), encoding="utf-8")
     return dict(checkpoint=checkpoint, held_out=held_out, input=folder / "held_out.txt")
+
+
+@pytest.fixture(scope="session")
+def listed_copy_model(copy_model: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """copy_model's checkpoint carrying a lexical table (width 10) of its held-out sentences copied, each token its
+    own translation: one that admits shortlists (mtx serve's tests)."""
+    import torch
+
+    from mtx.checkpoint import save_checkpoint
+    from mtx.tokenizer import Tokenizer
+
+    stored = torch.load(copy_model["checkpoint"], weights_only=True)
+    tokenizer = Tokenizer.from_str(stored["tokenizer"])
+    lexicon = copy_lexicon(tokenizer, tokenizer.vocab_size, copy_model["held_out"])
+    checkpoint = tmp_path_factory.mktemp("listed") / "copy-lexicon.pt"
+    save_checkpoint({**stored, "lexicon": lexicon.to_checkpoint()}, checkpoint)
+    return checkpoint
 
 
 @pytest.fixture(scope="module")

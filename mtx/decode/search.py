@@ -14,6 +14,13 @@ Conventions shared with the trainer: decoding starts from BOS; a hypothesis ends
 its tokens but whose log-probability counts in its score (as in fairseq). A sentence may produce at most
 `max_len[i]` tokens before EOS; at that length EOS is forced. PAD and BOS are never produced.
 
+A search never runs out of candidates. The constraints can together forbid every token of a hypothesis: the
+length floor bans EOS, no repeated n-grams bans what was said, and a shortlist left few tokens to say anything
+else. Then EOS stays allowed, at the model's own log-probability: the length floor gives way, as it gives way to
+the length cap. The n-gram ban never reaches a target prefix's token, so inside its prefix a hypothesis always
+has that token. Greedy, beam and sampling search, over a model, a shortlist or an ensemble, all constrain their
+steps with `Constraints.constrain`, so the rule is one for all of them.
+
 Scores are length-normalised (`LengthPenalty`): score = log P(Y | X) / lp(|Y|), with |Y| counting EOS and
     gnmt:    lp(|Y|) = ((5 + |Y|) / 6) ** α    (Wu et al., 2016; what the Transformer paper used, α = 0.6)
     fairseq: lp(|Y|) = |Y| ** α
@@ -199,28 +206,39 @@ class Constraints:
         a token that would repeat an n-gram of the row's `history` with `no_repeat_ngram` n > 0, and anything but
         the prefix's token while a row is inside its target prefix (a prefix is the user's: it may repeat).
 
+        A row is never left without a token (the module docstring's rule): where these bans forbid every token,
+        which only the ban of EOS before `min_len` can complete, EOS stays allowed at the model's own
+        log-probability. The length floor gives way, as it does to the length cap.
+
         log_probs: (N, V) for the token at position `step`, i.e. after `step` tokens, or (N, C) over the token ids
         `columns` (`token_columns`), which hold the prefix's tokens, and PAD, BOS and EOS at their own ids;
         history: (N, ≥ step) the rows' tokens so far, then anything (only the first `step` columns are read).
         """
-        if self.no_repeat_ngram and step >= self.no_repeat_ngram:
-            ban_repeated_ngrams(log_probs, history[:, :step], self.no_repeat_ngram, columns)
+        forced = None  # inside a prefix: the rows, the prefix token's column and the model's log-probability of it
         if self.prefix is not None and step < self.prefix.shape[1]:
             token = self.prefix[:, step]
             inside = token != PAD
             if bool(inside.any()):
                 column = column_of(token[inside], columns).unsqueeze(1)
-                keep = log_probs[inside].gather(1, column)
-                log_probs[inside] = torch.full_like(log_probs[inside], -torch.inf).scatter_(1, column, keep)
+                forced = inside, column, log_probs[inside].gather(1, column)  # read before the n-gram ban
+        if self.no_repeat_ngram and step >= self.no_repeat_ngram:
+            ban_repeated_ngrams(log_probs, history[:, :step], self.no_repeat_ngram, columns)
+        if forced is not None:
+            inside, column, keep = forced
+            log_probs[inside] = torch.full_like(log_probs[inside], -torch.inf).scatter_(1, column, keep)
+        log_probs[:, PAD] = -torch.inf
+        log_probs[:, BOS] = -torch.inf
         at_limit = self.max_len <= step
         if step < self.min_len:
+            eos = log_probs[:, EOS].clone()
             log_probs[:, EOS].masked_fill_(~at_limit, -torch.inf)
+            # Without EOS a row may have nothing left (no repeated n-grams over a shortlist of few tokens).
+            nothing_left = log_probs.amax(dim=1) == -torch.inf
+            log_probs[:, EOS] = torch.where(nothing_left, eos, log_probs[:, EOS])
         if bool(at_limit.any()):
             not_eos = torch.ones(log_probs.shape[1], dtype=torch.bool, device=log_probs.device)
             not_eos[EOS] = False
             log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, -torch.inf)
-        log_probs[:, PAD] = -torch.inf
-        log_probs[:, BOS] = -torch.inf
         return log_probs
 
 

@@ -279,6 +279,33 @@ def test_bad_bodies_get_400_or_413_naming_the_field(limited: Server, body: bytes
     assert "Traceback" not in json.dumps(answer)
 
 
+@serving
+def test_options_that_leave_a_search_no_token_are_translated_as_mtx_translate_does(listed_copy_model: Path,
+                                                                                    tmp_path: Path) -> None:
+    """A shortlist of one translation per source token and no frequent ones, no repeated unigram and at least two
+    tokens: on characters the model never saw, a hypothesis has nothing left after its first token, not even EOS
+    (the length floor). The search lets EOS stay (mtx.decode.search): 200, as `mtx translate` does, never 500."""
+    text = ["\U0001d160" * 3, "ЖЖЖ", "one two"]
+    options = {"shortlist": 1, "shortlist_frequent": 0, "no_repeat_ngram": 1, "min_len": 2}
+    source = tmp_path / "source.txt"
+    source.write_text("".join(f"{line}\n" for line in text), encoding="utf-8")
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
+    server = Server(listed_copy_model, tmp_path / "serve.log")
+    try:
+        for search in ({"beam": 4}, {"beam": 1}, {"sampling": True, "beam": 1, "nbest": 2}):
+            status, _, answer = server.translate({"text": text, **options, **search})
+            assert status == 200, answer
+            result, lines = translate_cli(["-m", str(listed_copy_model), "-i", str(source), "--format", "jsonl",
+                                           *flags, *(f"--{k}={v}" for k, v in search.items() if k != "sampling"),
+                                           *(["--sampling"] if "sampling" in search else [])])
+            assert result.exit_code == 0, result.output
+            for served, wanted in zip(answer["translations"], map(json.loads, lines), strict=True):
+                assert_same(served, wanted)
+                assert math.isfinite(served["score"])
+    finally:
+        server.stop()
+
+
 def request_schema(server: Server) -> dict:
     """The JSON schema of POST /translate's body, from the server's OpenAPI document."""
     document = json.loads(server.get("/openapi.json")[1])

@@ -7,7 +7,9 @@ gets a 500 (not_a_server_error), and every answer has a documented status, conte
 Schemathesis runs every check it has on the requests it draws from the document, valid ones and invalid ones
 (its examples, coverage and fuzzing phases, a bounded number of each); the extremes the document admits (the
 largest finite numbers, the smallest positive ones, integers of hundreds of digits) are sent on purpose too.
-Then the server must still be healthy, with a log of JSON lines only.
+Then the server must still be healthy, with a log of JSON lines only. The checkpoint served carries a lexical
+table, so that shortlists are admitted and drawn with the rest: with few candidates, the other options can forbid
+every token of a search (mtx.decode.search keeps EOS allowed then), which one of the extremes does on purpose.
 
 The one rule no schema can state, a sentence's length in tokens, is kept out of reach by the server's limits: at
 most 5 characters a sentence, which the copy model's byte-level vocabulary spells in at most 61 tokens (one
@@ -40,12 +42,14 @@ EXTREMES = [
     {"temperature": 5e-324, **SAMPLING}, {"topp": 5e-324, **SAMPLING}, {"topk": 10**400, **SAMPLING},
     {"topk": 1, "topp": 5e-324, "temperature": 5e-324, "nbest": 4, **SAMPLING}, {"beam": 4, "nbest": 4},
     {"alignment": True, "alignment_layer": 0, "nbest": 4, "beam": 4},
+    *({"shortlist": 1, "shortlist_frequent": 0, "no_repeat_ngram": 1, "min_len": 2, **search}
+      for search in ({"beam": 4}, {"beam": 1}, SAMPLING)),
 ]
 
 
 @pytest.fixture(scope="module")
-def fuzzed(copy_model: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = Server(copy_model["checkpoint"], Path(tmp_path_factory.mktemp("fuzzed")) / "serve.log", *FLAGS)
+def fuzzed(listed_copy_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = Server(listed_copy_model, Path(tmp_path_factory.mktemp("fuzzed")) / "serve.log", *FLAGS)
     yield server
     server.stop()
 

@@ -10,9 +10,11 @@ import torch
 from support import SCRIPTED_VOCAB, ScriptedModel, scripted_decode, scripted_sources
 
 from mtx.config.recipe import ModelConfig, resolve_model
+from mtx.decode.ensemble import Ensemble
 from mtx.decode.search import (
     Constraints,
     LengthPenalty,
+    Sampling,
     beam_search,
     greedy_search,
     most_endings,
@@ -297,3 +299,38 @@ def test_search_passes_every_option_to_the_search_it_chooses(beam: int, monkeypa
                         beam=beam)
     assert called == ["greedy" if beam == 1 else "beam"]
     assert [h.tokens for h in defaults] == [[]]  # the empty translation is allowed, and only the best comes back
+
+
+# A search never runs out of candidates (the module docstring's rule). The model below says only "a" or EOS:
+# with no repeated unigram and at least two tokens, after "a" every token is forbidden but EOS, which a length
+# floor forbids too. EOS stays allowed: "a" then EOS, at the model's own probabilities, by every search.
+ONLY_A = ScriptedModel(lambda sentence, prefix: {A: 0.9, EOS: 0.1})
+SEARCHES = {
+    "greedy": dict(beam=1),
+    "beam": dict(beam=4, nbest=4),
+    "sampling": dict(beam=1, nbest=3, sampling=Sampling(seed=1, lines=torch.arange(3))),
+}
+
+
+@pytest.mark.parametrize("options", SEARCHES.values(), ids=SEARCHES.keys())
+@pytest.mark.parametrize("members", [1, 2], ids=["model", "ensemble"])
+def test_when_constraints_forbid_every_token_the_length_floor_gives_way_to_eos(options: dict, members: int) -> None:
+    model = ONLY_A if members == 1 else Ensemble([ONLY_A] * members)
+    src, src_pad = scripted_sources(3)
+    constraints = Constraints(torch.full((3,), 10), min_len=2, no_repeat_ngram=1)
+    found = search(model, src, src_pad, constraints, LengthPenalty(0.0), **options)
+    assert len(found) == 3
+    for nbest in found:
+        assert nbest and all(h.tokens == [A] for h in nbest)
+        assert all(h.token_log_probs == pytest.approx([math.log(0.9), math.log(0.1)]) for h in nbest)
+
+
+@pytest.mark.parametrize("options", SEARCHES.values(), ids=SEARCHES.keys())
+def test_a_prefix_that_repeats_itself_is_kept_under_no_repeated_ngrams(options: dict) -> None:
+    """The n-gram ban never reaches the prefix's tokens: "a a" is the user's, then the ban holds ("a b" once)."""
+    model = ScriptedModel(lambda sentence, prefix: {A: 0.5, B: 0.4, EOS: 0.1})
+    src, src_pad = scripted_sources(3)
+    constraints = Constraints(torch.full((3,), 10), no_repeat_ngram=1, prefix=torch.tensor([[A, A]] * 3))
+    for nbest in search(model, src, src_pad, constraints, LengthPenalty(0.0), **options):
+        assert nbest and all(h.tokens[:2] == [A, A] and h.tokens[2:] in ([], [B]) for h in nbest)
+        assert all(math.isfinite(h.score) for h in nbest)
