@@ -12,7 +12,7 @@ kinds of equal number, each made from clean pairs further down the corpus and re
     number          a number of the source changed in the target (or one appended to the target)
 
 Each filter of mtx.data.cleaning runs alone, at the setting docs/guides/data.md suggests (language identification
-also at `--thresholds`), and then all of them at once (`all`); each gives one JSON line: the share of each kind of
+also at the other `--ratios`), and then all of them at once (`all`); each gives one JSON line: the share of each kind of
 noise it drops, the share of the clean pairs it drops, and pairs/s on one core (the whole of `PairCleaner` on
 normalised text, as prepare's workers run it).
 """
@@ -55,8 +55,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--noise", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--thresholds", type=float, nargs="*", default=[0.5, 0.99],
-                        help="language identification's thresholds to try besides the suggested one")
+    parser.add_argument("--ratios", type=float, nargs="*", default=[0.01, 0.2],
+                        help="language identification's language_id_ratio values to try besides the default")
     args = parser.parse_args()
     src_lang, tgt_lang = args.pair.split("-")
     sources = read(args.corpus / args.pair / f"train.{src_lang}")
@@ -66,9 +66,8 @@ def main() -> None:
     noisy = inject(sources[args.pairs :], targets[args.pairs :], other, int(args.pairs * args.noise), args.seed)
     emit_info("cleaning.corpus", pair=args.pair, clean=len(clean), noise={k: len(v) for k, v in noisy.items()})
     settings = {name: dataclasses.replace(NONE, **change) for name, change in SUGGESTED.items()}
-    for threshold in args.thresholds:  # how sure language identification must be
-        settings[f"language_id@{threshold}"] = dataclasses.replace(NONE, language_id=True,
-                                                                   language_id_threshold=threshold)
+    for ratio in args.ratios:  # how much likelier another language must be
+        settings[f"language_id@{ratio}"] = dataclasses.replace(NONE, language_id=True, language_id_ratio=ratio)
     settings["all"] = dataclasses.replace(NONE, **{k: v for change in SUGGESTED.values() for k, v in change.items()})
     for name, filt in settings.items():
         cleaner = PairCleaner(filt, src_lang, tgt_lang)

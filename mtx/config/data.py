@@ -201,11 +201,12 @@ class FilterConfig:
         "disables it.",
         bounds=SHARE)
     language_id: bool = setting(
-        False, "Identify each side's language (py3langid, pip install 'mtx[langid]') and drop the pair when one is "
-        "another language than its corpus' src_lang / tgt_lang with a probability of at least language_id_threshold "
-        "(counted as language).")
-    language_id_threshold: float = setting(
-        0.9, "With language_id: how sure the identification must be of another language to drop a pair.",
+        False, "Identify each side's language (py3langid, pip install 'mtx[langid]') and drop the pair when another "
+        "language is far likelier than its corpus' src_lang / tgt_lang (language_id_ratio; counted as language). "
+        "Sides of 4 or more words are judged well, of 1-3 words less so: docs/guides/data.md.")
+    language_id_ratio: float = setting(
+        0.05, "With language_id: drop a pair when a side's language is less likely than this times the likeliest "
+        "language; higher catches more short lines in other languages and drops more clean short lines.",
         bounds=SHARE)
 
     def validate(self, key: str) -> None:
@@ -215,7 +216,7 @@ class FilterConfig:
 
 # FilterConfig's keys of mtx.data.cleaning: at their defaults they leave the data as it was before they existed.
 CLEANING_KEYS = ("copies", "numbers", "placeholders", "urls", "min_letters", "max_repeats", "max_word_len",
-                 "max_foreign_script", "language_id", "language_id_threshold")
+                 "max_foreign_script", "language_id", "language_id_ratio")
 
 
 @dataclass

@@ -14,7 +14,7 @@ from multiprocessing.connection import Connection
 import pytest
 
 from mtx.config.data import FilterConfig
-from mtx.data.cleaning import PairCleaner, foreign_share, is_copy, letter_share, longest_run
+from mtx.data.cleaning import PairCleaner, foreign_share, is_copy, language_likelihood, letter_share, longest_run
 from mtx.data.manifest import FILTERS
 from mtx.errors import MtxError
 
@@ -81,13 +81,46 @@ def test_the_cleaner_travels_to_the_worker_processes() -> None:
     assert pickle.loads(pickle.dumps(cleaner))("Page 3", "Seite 4") == "numbers"
 
 
-def test_language_identification_drops_a_side_confidently_in_another_language() -> None:
+# (source, target, dropped by language identification for en → de): short lines in the wrong language among them
+LANGUAGE_CASES = [
+    ("The cat sleeps on the warm mat.", "Die Katze schläft auf der warmen Matte.", False),
+    ("The cat sleeps on the warm mat.", "The cat sleeps on the warm mat, really.", True),  # untranslated
+    ("The cat sleeps on the warm mat.", "Le chat dort sur le tapis chaud.", True),
+    ("Die Katze schläft auf der warmen Matte.", "Die Katze schläft auf der warmen Matte.", True),  # swapped
+    ("Open the file", "Öffne die Datei", False),
+    ("Open the file", "Open the file", True),  # three words: far likelier English than German
+    ("Open the file", "Ouvrir le fichier", True),
+    ("Öffne die Datei", "Öffne die Datei", True),  # a German source
+    ("Save as", "Speichern unter", False),
+    ("Save as", "Save as", True),
+    ("Version", "Version", False),  # the same word in both languages
+    ("Status", "Status", False),
+    ("OK", "Gut", False),  # too short to tell
+    ("Open file", "Open file", False),  # as likely German or Dutch as English: what 1-3 words cannot catch
+]
+
+
+@pytest.mark.parametrize(("src", "tgt", "dropped"), LANGUAGE_CASES)
+def test_language_identification_drops_a_side_far_likelier_in_another_language(src: str, tgt: str, dropped: bool
+                                                                               ) -> None:
     pytest.importorskip("py3langid")
     cleaner = PairCleaner(dataclasses.replace(FilterConfig(), language_id=True), "en", "de")
-    assert cleaner("The cat sleeps on the warm mat.", "Die Katze schläft auf der warmen Matte.") is None
-    assert cleaner("The cat sleeps on the warm mat.", "The cat sleeps on the warm mat, really.") == "language"
-    assert cleaner("The cat sleeps on the warm mat.", "Le chat dort sur le tapis chaud.") == "language"
-    assert cleaner("OK", "Gut") is None  # too short to be sure of anything
+    assert (cleaner(src, tgt) == "language") is dropped
+
+
+def test_the_language_likelihood_is_against_the_likeliest_language() -> None:
+    pytest.importorskip("py3langid")
+    assert language_likelihood("Datei öffnen", "de") == 1.0  # German is the likeliest
+    assert language_likelihood("Datei öffnen", "en") < 0.01
+    assert language_likelihood("Open file", "de") > language_likelihood("Open the file", "de")  # a word more
+    assert 0 < language_likelihood("Save as", "de") < FilterConfig().language_id_ratio
+
+
+def test_a_higher_ratio_drops_more_short_lines() -> None:
+    pytest.importorskip("py3langid")
+    strict = PairCleaner(dataclasses.replace(FilterConfig(), language_id=True, language_id_ratio=0.5), "en", "de")
+    assert strict("Open file", "Open file") == "language"
+    assert strict("Open the file", "Öffne die Datei") is None
 
 
 def test_language_identification_without_its_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
