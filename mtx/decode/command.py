@@ -218,22 +218,31 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
                                  ("--errors", errors, Errors), ("--format", output_format, OutputFormat)):
         check_choice(flag, value, allowed)
     check_files(input_path, output_path, line_offset)
-    if shard is not None and shard_is_done(shard, input_path, output_path, log):
-        return TranslationStats()
     set_threads(threads)
     companion = companion_file(input_path, prefix_path, reference_path, options, alignment)
-    prepared, tokenizer, loaded = load_prepared(checkpoints, device, dtype)
-    for path, checkpoint in zip(checkpoints, loaded, strict=True):
-        log(f"{path}: {describe_checkpoint(checkpoint)}\n")
-    decode = DecodeConfig.of_checkpoint(loaded[0], **options)
-    decode.validate_flags(given=options)  # the rules of flags the user set; the translator checks the rest
-    layer = aligning_layer(alignment, alignment_layer, len(prepared[0].decoder_layers))
-    thresholds = DoubtThresholds.of_checkpoint(loaded[0]) if output_format == "jsonl" else None
-    translator = Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=layer,
-                            doubt_thresholds=thresholds, lexicon=Lexicon.of_checkpoint(loaded[0]),
-                            targets=TargetLanguages.of_checkpoint(loaded[0]))
-    show_progress = sys.stderr.isatty()
     with contextlib.ExitStack() as files:
+        shard_output = None  # a shard's output, locked from before it is looked at until it is complete
+        if shard is not None:
+            shard_output = files.enter_context(claim_shard(shard, checkpoints, input_path, output_path, log,
+                                                           options=options, line_offset=line_offset,
+                                                           companion=companion, output_format=output_format,
+                                                           alignment=alignment, alignment_layer=alignment_layer,
+                                                           dtype=dtype, errors=errors))
+            if shard_output.is_done():
+                log(f"shard {shard}: {output_path} is complete, made by this same translation; delete it and "
+                    f"{shard_output.record.name} to translate the shard again.\n")
+                return TranslationStats()
+        prepared, tokenizer, loaded = load_prepared(checkpoints, device, dtype)
+        for path, checkpoint in zip(checkpoints, loaded, strict=True):
+            log(f"{path}: {describe_checkpoint(checkpoint)}\n")
+        decode = DecodeConfig.of_checkpoint(loaded[0], **options)
+        decode.validate_flags(given=options)  # the rules of flags the user set; the translator checks the rest
+        layer = aligning_layer(alignment, alignment_layer, len(prepared[0].decoder_layers))
+        thresholds = DoubtThresholds.of_checkpoint(loaded[0]) if output_format == "jsonl" else None
+        translator = Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=layer,
+                                doubt_thresholds=thresholds, lexicon=Lexicon.of_checkpoint(loaded[0]),
+                                targets=TargetLanguages.of_checkpoint(loaded[0]))
+        show_progress = sys.stderr.isatty()
         source = files.enter_context(open(input_path, "rb")) if input_path is not None else sys.stdin.buffer
         lines = read_lines(source, str(input_path or "standard input"), errors)
         given = iter(()) if companion is None else read_lines(
@@ -242,12 +251,6 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
         if shard is None:
             sink = files.enter_context(open(output_path, "wb")) if output_path is not None else sys.stdout.buffer
         else:  # the shard's lines not yet written, and the file they are appended to
-            description = {"shard": str(shard), "input": file_identity(input_path), "line_offset": line_offset,
-                           "models": [file_identity(path) for path in checkpoints],
-                           "companion": None if companion is None else [companion.flag, file_identity(companion.path)],
-                           "decode": dataclasses.asdict(decode), "format": output_format, "alignment_layer": layer,
-                           "dtype": dtype, "errors": errors}
-            shard_output = ShardOutput(output_path, description)
             sink, todo = resume_shard(shard, shard_output, input_path, log)
             files.enter_context(sink)
             lines, given = (itertools.islice(stream, todo.start, todo.stop) for stream in (lines, given))
@@ -261,8 +264,8 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             results = (translator.forced_scores(w.lines, w.given, skipped + w.first) for w in windows)
             writer = score_writer(output_format, tokenizer)
         write_lines(results, writer, sink, (lambda: log(f"\r{translator.stats.summary()}")) if show_progress else None)
-    if shard is not None:
-        shard_output.finish()
+        if shard_output is not None:
+            shard_output.finish()
     report(translator, log, show_progress)
     return translator.stats
 
@@ -285,17 +288,35 @@ def check_files(input_path: Path | None, output_path: Path | None, line_offset: 
                        "it was cut from.")
 
 
-def shard_is_done(shard: Shard, input_path: Path | None, output_path: Path | None, log: Callable[[str], None]
-                  ) -> bool:
-    """Whether shard `shard` has been translated (its output exists), checked before any model is loaded; a shard
-    needs an input file to count the lines of and an output file to resume."""
+@contextlib.contextmanager
+def claim_shard(shard: Shard, checkpoints: Sequence[Path], input_path: Path | None, output_path: Path | None,
+                log: Callable[[str], None], *, options: dict[str, object], line_offset: int,
+                companion: Companion | None, output_format: str, alignment: bool, alignment_layer: int | None,
+                dtype: str, errors: str) -> Iterator[ShardOutput]:
+    """The shard's output (mtx.decode.shards), its lock held while the context lasts, described by what makes
+    its lines: the input, the shard, the models and every option that changes an output line. The decoding options
+    are those the first checkpoint's recipe and `options` resolve to, read from the checkpoints' metadata, so a
+    finished shard is recognised, or refused, before any weights load. A shard needs an input file to count the
+    lines of and an output file to resume."""
+    from mtx.decode.alignment import aligning_layer
+    from mtx.decode.ensemble import read_metadata
+    from mtx.decode.limits import ModelLimits
+
     if input_path is None or output_path is None:
         raise MtxError(f"--shard {shard} needs -i and -o files: the input's lines are counted to cut it into "
                        "shards, and the output is written so that an interrupted shard can go on.")
-    if output_path.exists():
-        log(f"shard {shard}: {output_path} is complete; delete it to translate the shard again.\n")
-        return True
-    return False
+    _, metadata = read_metadata(checkpoints)
+    layer = aligning_layer(alignment, alignment_layer, ModelLimits.of_checkpoints(metadata).decoder_layers)
+    description = {"shard": str(shard), "input": file_identity(input_path), "line_offset": line_offset,
+                   "models": [file_identity(path) for path in checkpoints],
+                   "companion": None if companion is None else [companion.flag, file_identity(companion.path)],
+                   "decode": dataclasses.asdict(DecodeConfig.of_checkpoint(metadata[0], **options)),
+                   "format": output_format, "alignment_layer": layer, "dtype": dtype, "errors": errors}
+    with ShardOutput(output_path, description) as output:
+        if (old := output.lock.replaced_stale) is not None:
+            log(f"shard {shard}: took over the lock of a stopped process (host {old.get('host')}, pid "
+                f"{old.get('pid')}: {old.get('stale_reason')}).\n")
+        yield output
 
 
 def resume_shard(shard: Shard, output: ShardOutput, input_path: Path, log: Callable[[str], None]

@@ -183,15 +183,10 @@ def test_an_interrupted_shard_goes_on_from_its_first_missing_line(copying: dict,
     assert not partial.exists() and not (tmp_path / "out.de.partial.json").exists()
 
 
-def test_a_finished_shard_is_not_translated_again_and_another_translations_partial_is_refused(
-        copying: dict, tmp_path: Path) -> None:
+def test_another_translations_partial_is_refused(copying: dict, tmp_path: Path) -> None:
+    """(A finished shard asked again: tests/integration/test_shards.py.)"""
     command = ["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), "-o", str(tmp_path / "out.de"),
                "--shard", "1/2"]
-    (tmp_path / "out.de").write_text("done before\n", encoding="utf-8")
-    result, _ = translate_cli(command)
-    assert result.exit_code == 0 and "out.de is complete; delete it to translate the shard again" in result.stderr
-    assert (tmp_path / "out.de").read_text(encoding="utf-8") == "done before\n"
-    (tmp_path / "out.de").unlink()
     (tmp_path / "out.de.partial").write_text("a line\n", encoding="utf-8")
     (tmp_path / "out.de.partial.json").write_text(json.dumps({"shard": "1/2"}), encoding="utf-8")
     result, _ = translate_cli([*command, "--beam", "2"])
