@@ -24,6 +24,9 @@ from mtx.errors import MtxError
 
 SPLITS = ("train", "valid", "test")
 CHUNK_PAIRS = 10_000
+# The flag of a line `mtx translate --score-reference` could not score, the model being unable to hold its source
+# or its translation whole, and the reason keep_best counts such pairs under in the manifest.
+TOO_LONG_TO_SCORE = "too_long_to_score"
 
 Side = bytes | str | None  # None: the line could not be split into source and target (malformed TSV)
 RawPair = tuple[Side, Side]
@@ -138,36 +141,62 @@ def _files_source(files: FilesSource, source_key: str) -> dict[str, SplitStream]
 
 def _translated(split: str, src: Path, translations: Path, total: int, keep_best: float) -> SplitStream:
     """Source lines and a teacher's translations of them (`mtx translate --format jsonl`): each line's text, of its
-    best translation with --nbest. With `keep_best` below 1, only that fraction of the pairs, those whose
-    translation has the highest mean log-probability a token (EOS's included), ties kept in file order; the rest
-    are counted as dropped by `teacher_confidence`."""
-    keep = None
+    best translation with --nbest. With `keep_best` below 1, round(keep_best · total) of the pairs, those ranked
+    highest by `_confidence`, ties kept in file order. The pairs the model could not score (too long for it) are
+    dropped first, whatever the fraction, and counted as `too_long_to_score`; the rest of those left out, as
+    `teacher_confidence`."""
+    keep, unscored = None, 0
     if keep_best < 1:
         import numpy as np
 
-        confidence = np.fromiter((_mean_log_prob(line, translations, n)
-                                  for n, line in enumerate(_lines(translations), 1)), dtype=np.float64, count=total)
+        scores = np.fromiter((_confidence(line, translations, n) for n, line in enumerate(_lines(translations), 1)),
+                             dtype=np.float64, count=total)
+        scored = np.flatnonzero(~np.isnan(scores))
+        unscored = total - len(scored)
         keep = np.zeros(total, dtype=bool)
-        keep[np.argsort(-confidence, kind="stable")[:round(keep_best * total)]] = True
+        keep[scored[np.argsort(-scores[scored], kind="stable")[:round(keep_best * total)]]] = True
 
     def chunks() -> Iterator[list[RawPair]]:
-        pairs = ((source, _best(line, translations, n)["text"])
+        pairs = ((source, _best(_parsed(line, translations, n))["text"])
                  for n, (source, line) in enumerate(zip(_lines(src), _lines(translations), strict=True), 1)
                  if keep is None or keep[n - 1])
         return _chunks(pairs)
 
     kept = total if keep is None else int(keep.sum())
-    return SplitStream(split, f"{src} + {translations}", kept, chunks,
-                       dropped_before={} if keep is None else {"teacher_confidence": total - kept})
+    return SplitStream(split, f"{src} + {translations}", kept, chunks, dropped_before={} if keep is None else {
+        TOO_LONG_TO_SCORE: unscored, "teacher_confidence": total - kept - unscored})
 
 
-def _best(line: bytes, path: Path, number: int) -> dict[str, Any]:
-    """A jsonl line's translation: the line itself, or the first of its n-best list."""
+def _confidence(line: bytes, path: Path, number: int) -> float:
+    """What keep_best ranks a pair by, from line `number` of the jsonl file `path`: the mean log-probability a token
+    of its (best) translation, EOS's included.
+
+    Two lines mtx writes have no such mean. A line flagged too_long_to_score (`mtx translate --score-reference`:
+    the model could not hold the pair whole) has no log-probabilities: NaN, and keep_best drops it first. An empty
+    source line has an empty translation of no tokens, not even EOS (nothing was translated): -inf, below every
+    translation, since the pair teaches nothing and the cleaning filters drop it anyway (`min_len`, `empty`);
+    ranked rather than refused, as it is a line of mtx's own output.
+    """
+    value = _parsed(line, path, number)
+    best = _best(value)
+    log_probs = best.get("token_log_probs")
+    if log_probs is None and TOO_LONG_TO_SCORE in (value.get("flags") or ()):
+        return float("nan")
+    if log_probs == [] and best["text"] == "":
+        return float("-inf")
+    if not isinstance(log_probs, list) or not log_probs:
+        raise MtxError(f"{path}, line {number}: it has no token_log_probs, which keep_best ranks the translations by; "
+                       "translate with mtx translate --format jsonl.")
+    return sum(log_probs) / len(log_probs)
+
+
+def _parsed(line: bytes, path: Path, number: int) -> dict[str, Any]:
+    """A jsonl line as `mtx translate --format jsonl` writes it: a JSON object whose translation (`_best`) has a
+    text; refused, naming the line, otherwise."""
     try:
         value = json.loads(line)
-        best = value["nbest"][0] if "nbest" in value else value
-        if isinstance(best.get("text"), str):
-            return best
+        if isinstance(_best(value).get("text"), str):
+            return value
     except (ValueError, AttributeError, KeyError, IndexError, TypeError):
         pass
     raise MtxError(f"{path}, line {number}: not a translation as mtx translate --format jsonl writes one (a JSON "
@@ -175,12 +204,9 @@ def _best(line: bytes, path: Path, number: int) -> dict[str, Any]:
                    "plain-text target file.")
 
 
-def _mean_log_prob(line: bytes, path: Path, number: int) -> float:
-    log_probs = _best(line, path, number).get("token_log_probs")
-    if not isinstance(log_probs, list) or not log_probs:
-        raise MtxError(f"{path}, line {number}: it has no token_log_probs, which keep_best ranks the translations by; "
-                       "translate with mtx translate --format jsonl.")
-    return sum(log_probs) / len(log_probs)
+def _best(value: dict[str, Any]) -> dict[str, Any]:
+    """A jsonl line's translation: the line itself, or the first of its n-best list (an empty line's is empty)."""
+    return value["nbest"][0] if value.get("nbest") else value
 
 
 def _tsv_source(tsv: TsvSource, source_key: str) -> dict[str, SplitStream]:

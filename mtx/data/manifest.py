@@ -23,14 +23,16 @@ from mtx import __version__
 from mtx.config.data import CLEANING_KEYS, CorpusConfig, DataConfig, FilterConfig
 from mtx.config.recipe import as_mapping, strip_nones
 from mtx.data.cleaning import REASONS as CLEANING
-from mtx.data.corpora import SplitStream, input_files
+from mtx.data.corpora import TOO_LONG_TO_SCORE, SplitStream, input_files
 from mtx.data.prepared import FORMAT, check_split_files, load_manifest
 from mtx.data.vocabulary import vocabulary_file
 from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer
 
-FILTERS = ("teacher_confidence", "invalid_utf8", "malformed", "empty", "length", "ratio", *CLEANING, "duplicate",
-           "max_positions")  # in order; CLEANING: mtx.data.cleaning's filters, off unless a recipe asks for them
+# In order. TOO_LONG_TO_SCORE and teacher_confidence: keep_best's, before them all (mtx.data.corpora); CLEANING:
+# mtx.data.cleaning's filters, off unless a recipe asks for them.
+FILTERS = (TOO_LONG_TO_SCORE, "teacher_confidence", "invalid_utf8", "malformed", "empty", "length", "ratio",
+           *CLEANING, "duplicate", "max_positions")
 
 
 def build_manifest(data: DataConfig, corpora: list[dict[str, SplitStream]], tokenizer: Tokenizer, dtype: str,

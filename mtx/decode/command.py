@@ -137,7 +137,9 @@ def translate(
     score_reference: Annotated[Path | None, typer.Option(
         metavar="FILE", help="Score the given translation of each line (one per line) instead of searching: "
         "'score<TAB>text', the score log P(Y|X) / lp(|Y|) that beam search would give it (--lenpen, "
-        "--lenpen-style); --format jsonl adds log_prob and each token's log-probability.")] = None,
+        "--lenpen-style); --format jsonl adds log_prob and each token's log-probability. A line whose source or "
+        "translation is longer than the model's positions is not scored: 'nan<TAB>text' (jsonl: null scores and "
+        "the flag too_long_to_score), and counted.")] = None,
     batch_tokens: Annotated[
         int, typer.Option(help="Batch size: sentences × max(source length, output limit), EOS included.")
     ] = 4096,
@@ -165,15 +167,16 @@ def translate(
         "--format", metavar="text|jsonl", help="text: the translation; with --nbest N > 1, the N best as "
         "'score<TAB>text' pairs joined by tabs. jsonl: one JSON object per input line instead: "
         "text, score, tokens (the subwords, then </s>), token_log_probs (one per token), flags (why the "
-        "translation deserves a human look: loop, length_ratio, copied, low_log_prob), with --alignment "
-        "alignment ([source, target] pairs), with --nbest > 1 nbest (a list of such objects).")] = "text",
+        "translation deserves a human look: loop, length_ratio, copied, low_log_prob; truncated: its source was "
+        "cut to the model's positions), with --alignment alignment ([source, target] pairs), with --nbest > 1 "
+        "nbest (a list of such objects).")] = "text",
 ) -> None:
     """Translate one sentence per line with beam search, keeping line count and order.
 
     Scores are log P(Y|X) / lp(|Y|) with fairseq's length penalty lp = |Y|^α (α = --lenpen), or GNMT's
     ((5 + |Y|) / 6)^α with --lenpen-style gnmt. --nbest N > 1 prints a line's N best on its line, each as
     'score<TAB>text', joined by tabs. Flags left unset take the checkpoint's recipe (decode:).
-    Sources longer than the model's max_positions are truncated, with a warning that counts them.
+    Sources longer than the model's max_positions are truncated, with a warning that counts them (jsonl: flagged).
     --alignment aligns words by the cross-attention the search carries along each hypothesis.
     --sampling draws instead of searching; --prefix starts translations as given; --score-reference scores them.
     Several -m decode as an ensemble (e.g. models trained with different seeds), at the cost of running each.
@@ -261,7 +264,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
                        for w in windows)
             writer = search_writer(output_format, tokenizer, decode.nbest > 1, alignment)
         else:
-            results = (translator.forced_scores(w.lines, w.given, skipped + w.first) for w in windows)
+            results = (translator.forced_scores(w.lines, w.given) for w in windows)
             writer = score_writer(output_format, tokenizer)
         write_lines(results, writer, sink, (lambda: log(f"\r{translator.stats.summary()}")) if show_progress else None)
         if shard_output is not None:
@@ -501,4 +504,8 @@ def report(translator: Translator, log: Callable[[str], None], after_progress: b
         log(f"warning: {stats.truncated:,} sentences were longer than the model's {translator.max_positions} "
             f"positions and were truncated to their first {translator.max_positions - 1} tokens; split such "
             "lines to translate them whole.\n")
+    if stats.too_long_to_score:
+        log(f"warning: {stats.too_long_to_score:,} lines had a source or translation longer than the model's "
+            f"{translator.max_positions} positions and were not scored (score nan; jsonl: null, flag "
+            "too_long_to_score).\n")
     log(f"translated {stats.summary()}\n")

@@ -8,6 +8,11 @@ Four ways a neural translation goes wrong without saying so, each checked on the
     low_log_prob  the model was unsure: the mean log-probability of the translation's tokens (EOS included) is
                   below `min_mean_log_prob`
 
+and one fact of its input, which the translator knows rather than checks:
+
+    truncated     the source was longer than the model's positions, and only its first max_positions - 1 tokens
+                  were translated: the translation misses the rest (`TRUNCATED`)
+
 The length-ratio bounds and the copy share come from the training data: the trainer measures them on its
 training pairs (`training_statistics`: the 0.5th and 99.5th percentiles of target / source length in tokens over
 up to a million of them, and the 99.5th percentile of the share of a target's tokens that occur in its source over
@@ -28,6 +33,7 @@ import numpy as np
 STATISTICS_SAMPLE = 20_000  # training pairs, evenly spaced, that the copy share is measured on (token by token)
 RATIO_SAMPLE = 1_000_000  # those the length ratios are: all of a smaller corpus, 8 MB of ratios for WMT14 En-Fr
 MAX_LOOP_NGRAM = 4
+TRUNCATED = "truncated"  # the flag of a translation of a source cut to the model's positions (mtx.decode.translator)
 
 
 @dataclass(frozen=True)

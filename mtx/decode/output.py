@@ -14,7 +14,8 @@ without parsing tabs and separators, with the subword tokens and their log-proba
 `search_writer` gives `Text`, `NbestText` or `Jsonl`, which write the n-best list a search found;
 `score_writer` gives `ScoredText` or `ScoredJsonl`, which write the score of a given translation
 (`--score-reference`). Each writer's `line` turns one input line's result into its output line, without the
-line break.
+line break. A given translation the model could not hold whole (`TooLongToScore`) still gets its line: score
+"nan" in text, null with the flag "too_long_to_score" in JSON, which `keep_best` drops first.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
+from mtx.data.corpora import TOO_LONG_TO_SCORE
 from mtx.decode.alignment import pharaoh
-from mtx.decode.translator import Translation
+from mtx.decode.translator import TooLongToScore, Translation
 from mtx.tokenizer import EOS, SPECIAL_TOKENS, Tokenizer
 
 ALIGNMENT_SEPARATOR = " ||| "  # between a translation and its alignment, as Moses and Marian write it
@@ -122,22 +124,36 @@ class Jsonl:
 
 @dataclass(frozen=True)
 class ScoredText:
-    """A given translation's score: score<TAB>text, its text as normalised; an empty input line: an empty line."""
+    """A given translation's score: score<TAB>text, its text as normalised; an empty input line: an empty line.
+    One too long to score: "nan" for its score, which a reader's float() takes, and which sorts apart from every
+    score (`sort -g` puts it first)."""
 
-    def line(self, scored: Translation | None) -> str:
-        return "" if scored is None else f"{scored.score:.4f}\t{scored.text}"
+    def line(self, scored: Translation | TooLongToScore | None) -> str:
+        if scored is None:
+            return ""
+        score = "nan" if isinstance(scored, TooLongToScore) else f"{scored.score:.4f}"
+        return f"{score}\t{scored.text}"
 
 
 @dataclass(frozen=True)
 class ScoredJsonl:
-    """A given translation's score as one JSON object: the fields of `json_object` (no doubts: nothing was
-    searched) and "log_prob", log P(Y|X) itself, the sum of its tokens' (null for an empty input line)."""
+    """A given translation's score as one JSON object: the fields of `json_object`, "log_prob", log P(Y|X) itself,
+    the sum of its tokens' (null for an empty input line), and "flags". Nothing was searched, so no doubts are
+    flagged; a translation too long to score has the flag "too_long_to_score", its text and tokens, and null
+    for its score, log_prob and token_log_probs."""
 
     tokenizer: Tokenizer
 
-    def line(self, scored: Translation | None) -> str:
-        fields = json_object([] if scored is None else [scored], self.tokenizer, False, False)
-        fields["log_prob"] = None if scored is None else sum(scored.token_log_probs)
+    def line(self, scored: Translation | TooLongToScore | None) -> str:
+        if isinstance(scored, TooLongToScore):
+            fields: dict[str, object] = {
+                "text": scored.text, "score": None,
+                "tokens": [*self.tokenizer.pieces(scored.tokens), SPECIAL_TOKENS[EOS]],
+                "token_log_probs": None, "log_prob": None, "flags": [TOO_LONG_TO_SCORE]}
+        else:
+            fields = json_object([] if scored is None else [scored], self.tokenizer, False, False)
+            fields["log_prob"] = None if scored is None else sum(scored.token_log_probs)
+            fields["flags"] = []
         return json.dumps(fields, ensure_ascii=False)
 
 

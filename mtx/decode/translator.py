@@ -13,9 +13,11 @@ also word-aligns every hypothesis it returns (mtx.decode.alignment), from the at
 Given several models, it searches them as one ensemble (mtx.decode.ensemble); given `decode.shortlist` and the
 checkpoint's lexical table, each sentence over its own shortlist of target tokens (mtx.decode.shortlist).
 
-Length limits. A source longer than the model's `max_positions` (EOS included) is truncated to fit, and counted
-so the command can warn; translations are never split, and a given translation too long to score whole is
-refused (`score`). The output of a source of n tokens (EOS not counted)
+Length limits. A source longer than the model's `max_positions` (EOS included) is truncated to fit to be
+translated, counted so the command can warn, and flagged `truncated` among its translation's doubts. Scoring
+given translations cuts nothing: a line whose source or translation the model cannot hold whole is returned as
+`TooLongToScore`, counted, and scored by nobody, since the score of the part that fits would be the score of
+another text. The output of a source of n tokens (EOS not counted)
 has at most floor(max_len_a · n + max_len_b) tokens before its EOS, and never more than max_positions - 1.
 """
 
@@ -41,7 +43,7 @@ from mtx.config.recipe import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
 from mtx.data.lexicon import Lexicon, width_of
 from mtx.decode.alignment import AligningDecoder, Alignment, align_searched, aligning_layer
-from mtx.decode.doubts import DoubtThresholds, doubts
+from mtx.decode.doubts import TRUNCATED, DoubtThresholds, doubts
 from mtx.decode.ensemble import Ensemble, load_models
 from mtx.decode.forced import forced_scores
 from mtx.decode.lifetime import end_with_parent
@@ -68,6 +70,7 @@ class TranslationStats:
     sentences: int = 0
     output_tokens: int = 0
     truncated: int = 0  # sources cut to the model's max_positions
+    too_long_to_score: int = 0  # lines whose source or given translation the model cannot hold whole (scoring)
     seconds: float = 0.0  # spent translating, not waiting for input
 
     def summary(self) -> str:
@@ -85,6 +88,15 @@ class Translation(NamedTuple):
     token_log_probs: Sequence[float] = ()  # each token's log-probability, EOS last (`mtx.decode.search.Hypothesis`)
     alignment: Alignment | None = None  # its word alignment, when the translator was asked for one
     doubts: Sequence[str] = ()  # why it deserves a human look (mtx.decode.doubts), when the translator was asked
+
+
+class TooLongToScore(NamedTuple):
+    """A given translation that `Translator.forced_scores` could not score: its source or itself is longer than
+    the model's positions (EOS included), so the model cannot read the pair whole. It has no score rather than the
+    score of a cut pair, which would be the score of another text; what is known of it is its text and tokens."""
+
+    text: str  # the translation as normalised
+    tokens: Sequence[int]  # its token ids, EOS excluded
 
 
 @dataclass
@@ -166,31 +178,38 @@ class Translator:
                 alignments = [[None] * len(nbest) for nbest in nbests]
             for j, nbest, aligned in zip(batch, nbests, alignments, strict=True):
                 results[todo[j]] = [Translation(next(texts_out), h.score, h.tokens, h.token_log_probs, alignment,
-                                                self._doubts(sources[j], h))
+                                                self._doubts(sources[j], h, not self.holds(token_ids[todo[j]])))
                                     for h, alignment in zip(nbest, aligned, strict=True)]
                 self.stats.output_tokens += len(nbest[0].tokens)
         self.stats.sentences += len(token_ids)
         self.stats.seconds += time.perf_counter() - started
         return results
 
-    def forced_scores(self, sentences: list[str], translations: list[str], first_line: int = 0
-                      ) -> list[Translation | None]:
+    def forced_scores(self, sentences: list[str], translations: list[str]
+                      ) -> list[Translation | TooLongToScore | None]:
         """Each sentence's given translation scored by the model (mtx.decode.forced): its normalised text, the
         length-normalised score that search would give it, its tokens and their log-probabilities (EOS last). An
         empty sentence gets None; an empty translation is scored too (EOS alone).
 
-        A translation longer than the model's positions is refused, naming its line (`first_line` is the index
-        of the first in the input): scoring only the part that fits would report the score of another text.
+        A pair whose source or translation is longer than the model's positions gets `TooLongToScore`, and is
+        counted (`stats.too_long_to_score`): a noisy corpus holds such lines, and scoring it must reach its end.
         """
         started = time.perf_counter()
-        todo, sources = self._sources(self._encoded(sentences))
-        targets = [normalize_text(translations[i]) for i in todo]
-        given = self.tokenizer.encode_batch(targets)
-        for j, ids in enumerate(given):
-            if len(ids) + 1 > self.max_positions:
-                raise MtxError(f"--score-reference, line {first_line + todo[j] + 1:,}: the translation is {len(ids):,} "
-                               f"tokens long, and the model reads at most {self.max_positions - 1:,} (its positions "
-                               "less EOS), so it cannot be scored whole: split or shorten that line.")
+        encoded = self._encoded(sentences)
+        present = [i for i, ids in enumerate(encoded) if ids is not None]
+        translated = self.tokenizer.encode_batch([normalize_text(translations[i]) for i in present])
+        results: list[Translation | TooLongToScore | None] = [None] * len(sentences)
+        todo: list[int] = []  # the pairs scored, and their source (EOS included) and translation tokens
+        sources: list[list[int]] = []
+        given: list[list[int]] = []
+        for i, ids in zip(present, translated, strict=True):
+            if self.holds(encoded[i]) and self.holds(ids):
+                todo.append(i)
+                sources.append([*encoded[i], EOS])
+                given.append(ids)
+            else:
+                results[i] = TooLongToScore(self.tokenizer.decode(ids), ids)
+                self.stats.too_long_to_score += 1
         batches = decoding_batches([len(ids) for ids in sources], [len(ids) for ids in given], self.batch_tokens)
         at_once, threads_each = batches_at_once(self.device, torch.get_num_threads(), len(batches))
         penalty = LengthPenalty.of_config(self.decode)
@@ -201,7 +220,6 @@ class Translator:
             decoder = self._decoder([sources[j] for j in batch], targets, aligning=False)
             return forced_scores(decoder, src, src == PAD, targets, penalty)
 
-        results: list[Translation | None] = [None] * len(sentences)
         for batch, scored in zip(batches, map_in_processes(score_batch, batches, at_once, threads_each), strict=True):
             for j, h in zip(batch, scored, strict=True):
                 results[todo[j]] = Translation(self.tokenizer.decode(h.tokens), h.score, h.tokens, h.token_log_probs)
@@ -255,9 +273,14 @@ class Translator:
         todo = [i for i, ids in enumerate(token_ids) if ids is not None]
         return todo, [self._source(token_ids[i]) for i in todo]
 
+    def holds(self, ids: Sequence[int]) -> bool:
+        """Whether the model reads these tokens whole: they and EOS fit in its positions (a target's tokens are
+        fed after BOS, so they take as many positions as a source's with EOS)."""
+        return len(ids) + 1 <= self.max_positions
+
     def _source(self, ids: list[int]) -> list[int]:
         """Token ids plus EOS, cut to the model's positions if need be (and counted)."""
-        if len(ids) + 1 > self.max_positions:
+        if not self.holds(ids):
             self.stats.truncated += 1
             ids = ids[: self.max_positions - 1]
         return [*ids, EOS]
@@ -266,10 +289,12 @@ class Translator:
         """The most tokens before EOS for a source of `source_tokens` (EOS not counted): `ModelLimits`'."""
         return self.limits.output_limit(self.decode, source_tokens)
 
-    def _doubts(self, source: list[int], hypothesis: Hypothesis) -> tuple[str, ...]:
+    def _doubts(self, source: list[int], hypothesis: Hypothesis, truncated: bool) -> tuple[str, ...]:
+        """The doubts about a translation of `source` (EOS included), `truncated` to fit the model's positions."""
         if self.doubt_thresholds is None:
             return ()
-        return tuple(doubts(source[:-1], hypothesis.tokens, hypothesis.token_log_probs, self.doubt_thresholds))
+        cut = (TRUNCATED,) if truncated else ()
+        return (*cut, *doubts(source[:-1], hypothesis.tokens, hypothesis.token_log_probs, self.doubt_thresholds))
 
     def _prefixes(self, prefixes: list[str] | None, todo: list[int], limits: list[int],
                   lines: Sequence[int]) -> list[list[int]] | None:

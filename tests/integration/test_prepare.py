@@ -44,9 +44,9 @@ TRAIN = [
     (b"caf\xc3\xa9 \xf0\x9f\x98\x80", b"Caf\xc3\xa9 \xf0\x9f\x98\x80", "copy (case and symbols set aside)"),
     (b"caf\xc3\xa9 \xf0\x9f\x98\x80 noir", b"schwarzer Kaffee \xf0\x9f\x98\x80", "kept"),
 ]
-EXPECTED_DROPS = {"teacher_confidence": 0, "invalid_utf8": 1, "malformed": 0, "empty": 2, "length": 1, "ratio": 1,
-                  "copy": 1, "numbers": 0, "placeholders": 0, "urls": 0, "non_letters": 0, "repeats": 0,
-                  "long_word": 0, "script": 0, "language": 0, "duplicate": 2, "max_positions": 0}
+EXPECTED_DROPS = {"too_long_to_score": 0, "teacher_confidence": 0, "invalid_utf8": 1, "malformed": 0, "empty": 2,
+                  "length": 1, "ratio": 1, "copy": 1, "numbers": 0, "placeholders": 0, "urls": 0, "non_letters": 0,
+                  "repeats": 0, "long_word": 0, "script": 0, "language": 0, "duplicate": 2, "max_positions": 0}
 KEPT = [("the dog sleeps", "der Hund schläft"), ("the cat sleeps", "die Katze schläft"),
         ("we see the house", "wir sehen das Haus"), ("I read", "ich lese es"), ("café 😀 noir", "schwarzer Kaffee 😀")]
 VALID = [(b"hello  world", b"hallo Welt"), (b"", b""), (b"bad \xfe", b"schlecht")]

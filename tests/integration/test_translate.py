@@ -586,10 +586,10 @@ def test_each_writer_turns_a_lines_result_into_its_output_line(trained: dict) ->
     assert score_writer("text", tokenizer).line(best) == "-0.2500\tred café" and score_writer("text", tokenizer).line(
         None) == ""
     scored = {k: v for k, v in fields.items() if k != "alignment"}
-    assert score_writer("jsonl", tokenizer).line(best) == json.dumps({**scored, "log_prob": sum(log_probs)},
-                                                                     ensure_ascii=False)
+    assert score_writer("jsonl", tokenizer).line(best) == json.dumps({**scored, "log_prob": sum(log_probs),
+                                                                      "flags": []}, ensure_ascii=False)
     assert json.loads(score_writer("jsonl", tokenizer).line(None)) == {
-        "text": "", "score": None, "tokens": [], "token_log_probs": [], "log_prob": None}
+        "text": "", "score": None, "tokens": [], "token_log_probs": [], "log_prob": None, "flags": []}
 
 
 def test_a_files_windows_are_full_however_slowly_its_lines_come(tmp_path: Path) -> None:
