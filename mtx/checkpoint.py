@@ -99,10 +99,15 @@ def require_checkpoint_file(path: Path) -> None:
         raise MtxError(f"Checkpoint {path} does not exist: pass a file written by `mtx train` or `mtx average`.")
 
 
-def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, mmap: bool = False, weights: bool = True) -> dict[str, Any]:
     """Load and sanity-check a checkpoint on the CPU; a missing or corrupt file is a user error. `mmap` maps
     the tensors from the file rather than reading them: a caller pages in only what it touches (nothing, for
-    one that looks only at the metadata), from the page cache that all processes of a machine share."""
+    one that looks only at the metadata), from the page cache that all processes of a machine share.
+
+    `weights`: the caller translates, averages or trains with the weights, so they are checked to be finite
+    numbers (`require_finite_weights`), which reads them. A caller that reads the metadata alone passes False,
+    and pages in nothing of a mapped file; the command that uses the weights then checks them.
+    """
     path = Path(path)
     require_checkpoint_file(path)
     try:
@@ -114,7 +119,38 @@ def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
         ) from None
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
         raise MtxError(f"{path} is not an mtx checkpoint (no '{FORMAT}' format marker).")
+    if weights:
+        require_finite_weights(checkpoint, path)
     return checkpoint
+
+
+def require_finite_weights(checkpoint: dict[str, Any], path: Path) -> None:
+    """Refuse a checkpoint whose weights (`model`, and `ema` where it has one) hold a NaN or an infinity, naming
+    the file and the first such tensor.
+
+    `torch.load` checks no checksum of the tensors' bytes, so bytes overwritten on disk read back as whatever
+    they now spell; one NaN weight then makes every translation's scores NaN, and an average of the file NaN
+    everywhere, without an error. Each tensor is read once by `torch.aminmax`, whose minimum or maximum is NaN or
+    infinite exactly when one of its values is (NaN propagates through both): a pass over the weights as fast as
+    reading them, with no tensor of their size made (bench/README.md, "Checkpoints checked for non-finite
+    weights"). A tensor that several names share (the tied embedding) is read once.
+    """
+    for part in ("model", "ema"):
+        state = checkpoint.get(part)
+        if not isinstance(state, dict):
+            continue
+        aliases = shared_names(state)
+        for name, tensor in state.items():
+            if name in aliases or not tensor.is_floating_point() or tensor.numel() == 0:
+                continue
+            if not all(bool(extreme.isfinite()) for extreme in torch.aminmax(tensor)):
+                bad = int((~tensor.isfinite()).sum())
+                raise MtxError(
+                    f"Checkpoint {path} holds weights that are not finite numbers: {bad:,} of the {tensor.numel():,} "
+                    f"values of {part}.{name} are NaN or infinite. The file was damaged on disk (torch checks no "
+                    "checksum), or written by a run that had diverged. Use another checkpoint, e.g. an earlier "
+                    "step_<N>.pt, and leave this one out of `mtx average`."
+                )
 
 
 def model_config_of(checkpoint: dict[str, Any]) -> ModelConfig:

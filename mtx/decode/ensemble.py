@@ -118,7 +118,7 @@ def read_metadata(paths: Sequence[Path]) -> tuple[Tokenizer, list[dict]]:
     take this process's memory."""
     if not paths:
         raise MtxError("No checkpoint given: pass at least one -m CKPT.pt.")
-    metadata = [without_weights(load_checkpoint(path, mmap=True)) for path in paths]
+    metadata = [without_weights(load_checkpoint(path, mmap=True, weights=False)) for path in paths]
     return shared_tokenizer(paths, [Tokenizer.from_str(checkpoint["tokenizer"]) for checkpoint in metadata]), metadata
 
 

@@ -157,7 +157,7 @@ def read_checkpoint_facts(checkpoints: Path) -> CheckpointFacts | None:
     path = next((path for path in candidates if path.is_file()), None)
     if path is None:
         return None
-    checkpoint = load_checkpoint(path, mmap=True)
+    checkpoint = load_checkpoint(path, mmap=True, weights=False)
     progress = checkpoint.get("train_state", {}).get("progress", {})
     return CheckpointFacts(path=path, recipe=checkpoint["recipe"],
                            parameters=count_parameters_for(model_config_of(checkpoint), checkpoint["vocab_size"]),

@@ -73,7 +73,7 @@ def average(
         checkpoints = last_checkpoints(directory, last)
     elif last is not None:
         raise MtxError("--last only applies with --dir.")
-    valid = None if not tune_lenpen else ValidToTune.of_run(load_checkpoint(checkpoints[0], mmap=True))
+    valid = None if not tune_lenpen else ValidToTune.of_run(load_checkpoint(checkpoints[0], mmap=True, weights=False))
     averaged = average_checkpoints(checkpoints)
     weights = f" (their {describe_weights(averaged)})" if "ema_decay" in averaged else ""
     sys.stderr.write(f"averaged {len(checkpoints)} checkpoints{weights}\n")
