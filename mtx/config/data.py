@@ -41,7 +41,9 @@ class FilesSource:
     keep_best: float = setting(
         1.0, "With a .jsonl target file of training pairs: keep this fraction of them, those whose translation has "
         "the highest mean log-probability a token (the teacher's confidence, as in sequence-level distillation's "
-        "filtering); the others are dropped and counted as teacher_confidence. 1: keep every pair.",
+        "filtering); the others are dropped and counted as teacher_confidence. Pairs too long for the model to score "
+        "(flag too_long_to_score) are dropped first and counted apart; an empty line's empty translation ranks "
+        "last. 1: keep every pair.",
         bounds=Bounds(0, 1, low_open=True))
 
     def validate(self, key: str) -> None:
