@@ -73,7 +73,8 @@ def average(
         checkpoints = last_checkpoints(directory, last)
     elif last is not None:
         raise MtxError("--last only applies with --dir.")
-    valid = None if not tune_lenpen else ValidToTune.of_run(load_checkpoint(checkpoints[0], mmap=True, weights=False))
+    valid = None if not tune_lenpen else ValidToTune.of_run(
+        load_checkpoint(checkpoints[0], mmap=True, weights=False), checkpoints[0])
     averaged = average_checkpoints(checkpoints)
     weights = f" (their {describe_weights(averaged)})" if "ema_decay" in averaged else ""
     sys.stderr.write(f"averaged {len(checkpoints)} checkpoints{weights}\n")
@@ -85,8 +86,15 @@ def average(
 
 @dataclass(frozen=True)
 class ValidToTune:
-    """What `--tune-lenpen` chooses α on: the whole valid split of the run the checkpoints' recipe names
-    (run_dir/data, as `mtx prepare` wrote it), and the recipe's search. Read, and refused, before averaging."""
+    """What `--tune-lenpen` chooses α on: the whole valid split of the checkpoints' run, as `mtx prepare` wrote it,
+    and the recipe's search. Read, and refused, before averaging.
+
+    The run's data is looked for beside the checkpoints first (RUN/data for RUN/checkpoints/step_<N>.pt), then
+    where the recipe's run_dir says: a run folder moved or copied elsewhere keeps its data beside its
+    checkpoints, while run_dir still names where it was trained, where another run may now be. Either way the
+    data must have been prepared with the checkpoints' own tokenizer: on text another tokenizer splits, the
+    model's token ids mean other subwords, and the α chosen would be chosen on nonsense.
+    """
 
     data_dir: Path
     decode: DecodeConfig
@@ -94,20 +102,30 @@ class ValidToTune:
     refs: list[str]
 
     @classmethod
-    def of_run(cls, checkpoint: dict[str, Any]) -> ValidToTune:
+    def of_run(cls, checkpoint: dict[str, Any], path: Path) -> ValidToTune:
+        """The valid split of the run of `checkpoint`, read from the file `path`."""
         from mtx.config.loading import recipe_from_dict
         from mtx.data.prepared import load_manifest
         from mtx.decode.lenpen_choice import check_searchable
+        from mtx.tokenizer import Tokenizer
         from mtx.train.run_data import has_valid_split, valid_text
 
         recipe, decode = recipe_from_dict(checkpoint["recipe"]), DecodeConfig.of_checkpoint(checkpoint)
         check_searchable(decode, f"--tune-lenpen: the recipe of run {recipe.name}")
-        data_dir = recipe.run_path / "data"
-        if not (data_dir / "manifest.json").is_file():
+        places = run_data_places(path, recipe.run_path / "data")
+        data_dir = next((place for place in places if (place / "manifest.json").is_file()), None)
+        if data_dir is None:
             raise MtxError(f"--tune-lenpen translates the valid split of the checkpoints' run, {recipe.name}, and "
-                           f"its prepared data is not at {data_dir}, where its recipe's run_dir says: run mtx "
-                           "average where the run was trained, or leave out --tune-lenpen.")
+                           f"its prepared data is not at {' or at '.join(map(str, places))} (looked for beside the "
+                           f"folder of {path}, then where its recipe's run_dir says): average the checkpoints inside "
+                           "their own run folder (RUN/checkpoints beside RUN/data), or leave out --tune-lenpen.")
         manifest = load_manifest(data_dir)
+        own, theirs = Tokenizer.from_str(checkpoint["tokenizer"]).sha256, str(manifest.get("tokenizer_sha256"))
+        if theirs != own:
+            raise MtxError(f"--tune-lenpen would choose α on {data_dir}, but that data was prepared with another "
+                           f"tokenizer than {path} was trained with (sha256 {theirs[:12]} there, {own[:12]} in the "
+                           "checkpoint): it is another run's data. Average the checkpoints inside their own run "
+                           "folder (RUN/checkpoints beside RUN/data), or leave out --tune-lenpen.")
         if not has_valid_split(manifest):
             raise MtxError(f"--tune-lenpen translates the valid split of the checkpoints' run, and {data_dir} has "
                            "none: add one to the recipe's data.source and run `mtx prepare` again, or leave out "
@@ -137,3 +155,11 @@ class ValidToTune:
         stored = checkpoint["recipe"]
         return {**checkpoint, "recipe": {**stored, "decode": {**stored.get("decode", {}), "lenpen": choice.chosen}},
                 "lenpen_choice": choice.to_dict()}
+
+
+def run_data_places(checkpoint: Path, recipe_data: Path) -> list[Path]:
+    """Where a checkpoint's run keeps its prepared data, in the order to look: beside the checkpoints' folder when
+    it is a run's (RUN/checkpoints → RUN/data), then `recipe_data` (the recipe's run_dir/data), once each."""
+    folder = checkpoint.resolve().parent
+    beside = [folder.parent / "data"] if folder.name == "checkpoints" else []
+    return list(dict.fromkeys([*beside, recipe_data.resolve()]))

@@ -127,7 +127,7 @@ def test_a_run_that_cannot_be_tuned_is_refused_and_nothing_is_written(run: Path,
     shutil.move(data, moved)
     try:
         code, err = average(run, out, "--tune-lenpen")
-        assert code == 1 and f"prepared data is not at {data}" in " ".join(err.split())
+        assert code == 1 and f"prepared data is not at {data} (looked for" in " ".join(err.split())
     finally:
         shutil.move(moved, data)
 
@@ -143,4 +143,54 @@ def test_a_run_that_cannot_be_tuned_is_refused_and_nothing_is_written(run: Path,
     torch.save(checkpoint, elsewhere)
     code, _, err = mtx("average", str(elsewhere), "-o", str(out), "--tune-lenpen")
     assert code == 1 and "has none" in err and "valid split" in err
+    assert not out.exists()
+
+
+def another_runs_data(folder: Path) -> Path:
+    """A run prepared at `folder` from the same kind of corpus with another subword style: another tokenizer."""
+    raw = base_recipe(folder, train_pairs=300, valid_pairs=30)
+    raw["run_dir"] = str(folder / "run")
+    raw["data"]["bpe"]["style"] = "metaspace"
+    code, _, err = mtx("prepare", str(write_recipe(folder, raw)), "--workers", "1")
+    assert code == 0, err
+    return folder / "run"
+
+
+def trained_at(checkpoints: list[Path], run_dir: Path) -> None:
+    """Rewrite `checkpoints` as if their run had been trained at `run_dir` (their recipe's run_dir)."""
+    for path in checkpoints:
+        checkpoint = load_checkpoint(path)
+        checkpoint["recipe"]["run_dir"] = str(run_dir)
+        torch.save(checkpoint, path)
+
+
+def test_a_moved_run_is_tuned_on_its_own_data_not_on_what_now_sits_at_its_run_dir(run: Path, tmp_path: Path) -> None:
+    """The run folder moved, and another run (another tokenizer) now sits where its recipe's run_dir says: α is
+    chosen on the valid split beside the checkpoints (RUN/checkpoints/../data), which travelled with them."""
+    other = another_runs_data(tmp_path / "other")
+    moved = tmp_path / "moved"
+    shutil.copytree(run / "run", moved)
+    checkpoints = sorted((moved / "checkpoints").glob("step_*.pt"))
+    trained_at(checkpoints, other)
+    out = tmp_path / "tuned.pt"
+    code, _, err = mtx("average", "--dir", str(moved / "checkpoints"), "--last", "2", "-o", str(out),
+                       "--tune-lenpen", "--device", "cpu")
+    assert code == 0, err
+    assert f"valid sentences of {moved / 'data'}" in " ".join(err.split())
+    assert load_checkpoint(out)["lenpen_choice"]["sentences"] == 40  # the run's own 40, not the other's 30
+
+
+def test_checkpoints_whose_run_dir_holds_another_tokenizers_data_are_refused(run: Path, tmp_path: Path) -> None:
+    """Checkpoints copied out of their run folder, whose recipe's run_dir now holds another run: refused, naming
+    the data and the checkpoint, and nothing written."""
+    other = another_runs_data(tmp_path / "other")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    copies = [Path(shutil.copy(path, alone)) for path in sorted((run / "run" / "checkpoints").glob("step_*.pt"))]
+    trained_at(copies, other)
+    out = tmp_path / "tuned.pt"
+    code, _, err = mtx("average", *map(str, copies), "-o", str(out), "--tune-lenpen", "--device", "cpu")
+    message = " ".join(err.split())
+    assert code == 1 and f"--tune-lenpen would choose α on {other / 'data'}" in message
+    assert f"another tokenizer than {copies[0]} was trained with" in message
     assert not out.exists()
