@@ -129,8 +129,8 @@ def translate(
     shard: Annotated[str | None, typer.Option(
         metavar="K/N", help="Translate only shard K of N (1 ≤ K ≤ N) of the -i file, one of N contiguous runs of its "
         "lines, to -o: the N outputs concatenated in order are the whole file's. Written to OUT.partial and renamed "
-        "OUT when complete; run again after an interruption, it goes on from the first missing line, and a shard "
-        "whose OUT exists is skipped.")] = None,
+        "OUT when complete, beside OUT.json, what made it; run again after an interruption, it goes on from the first "
+        "missing line, and a shard whose OUT the same command made is done. One process at a time (OUT.lock).")] = None,
     prefix: Annotated[Path | None, typer.Option(
         metavar="FILE", help="A target prefix per input line (an empty line: none): each translation starts with "
         "exactly that text, and the search goes on from it.")] = None,
