@@ -184,7 +184,7 @@ def test_an_interrupted_shard_goes_on_from_its_first_missing_line(copying: dict,
 
 
 def test_another_translations_partial_is_refused(copying: dict, tmp_path: Path) -> None:
-    """(A finished shard asked again: tests/integration/test_shards.py.)"""
+    """(A finished shard asked again: tests/integration/test_sharded_translation.py.)"""
     command = ["-m", str(copying["checkpoint"]), "-i", str(copying["source"]), "-o", str(tmp_path / "out.de"),
                "--shard", "1/2"]
     (tmp_path / "out.de.partial").write_text("a line\n", encoding="utf-8")
