@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import serving
+from support import base_recipe, serving, write_recipe
 
 from mtx.checkpoint import load_checkpoint
 from mtx.errors import MtxError
@@ -75,3 +75,13 @@ def test_serve_exits_1_naming_the_file(copy_model: dict, tmp_path: Path) -> None
     done = mtx("serve", "-m", str(bad), "--port", "0")
     assert_refused(done, bad, tensor)
     assert "The model could not be loaded" in done.stderr
+
+
+def test_export_and_fine_tuning_from_it_exit_1_naming_the_file(copy_model: dict, tmp_path: Path) -> None:
+    bad, tensor = damaged(copy_model["checkpoint"], tmp_path / "bad.pt")
+    assert_refused(mtx("export", "-m", str(bad), "--to", "ctranslate2", str(tmp_path / "exported")), bad, tensor)
+    assert not (tmp_path / "exported").exists()
+    raw = base_recipe(tmp_path, train_pairs=20, valid_pairs=5)
+    del raw["model"]  # a fine-tuning recipe takes its parent's
+    raw["train"]["init_from"] = str(bad)
+    assert_refused(mtx("train", str(write_recipe(tmp_path, raw))), bad, tensor)
