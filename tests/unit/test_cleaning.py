@@ -152,9 +152,13 @@ BOUND_S = 5.0  # per pair: each filter takes milliseconds on such a pair, a quad
 
 
 def _clean_hostile_pairs(done: Connection, filters: dict[str, FilterConfig]) -> None:
-    """In a forked child: each filter alone on each hostile pair, telling the parent as each one ends."""
-    for filt in filters.values():
-        cleaner = PairCleaner(filt, "en", "de")
+    """In a forked child: each filter alone on each hostile pair, telling the parent as each one ends, once every
+    cleaner has run on a short pair (language identification loads its model then)."""
+    cleaners = [PairCleaner(filt, "en", "de") for filt in filters.values()]
+    for cleaner in cleaners:
+        cleaner("Open the file.", "Öffne die Datei.")
+    done.send(True)
+    for cleaner in cleaners:
         for line in HOSTILE.values():
             cleaner(line, line)
             done.send(True)
@@ -172,6 +176,8 @@ def test_every_filter_is_linear_in_the_line_length() -> None:
     child = context.Process(target=_clean_hostile_pairs, args=(child_end, filters), daemon=True)
     child.start()
     try:
+        assert done.poll(60), "the filters did not start within 60 s"
+        done.recv()
         for name in filters:
             for shape in HOSTILE:
                 assert done.poll(BOUND_S), f"{name} took over {BOUND_S} s on a pair of {LONG:,} characters ({shape})"
