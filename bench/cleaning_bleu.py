@@ -131,7 +131,7 @@ def measured(name: str, args: argparse.Namespace, files: dict[str, Any]) -> dict
 
 def scored_pairs(args: argparse.Namespace, files: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """The noisy pairs scored by the clean run's model, once: the training files of the scored run (the source
-    file and the scores' jsonl), and what the scoring measured (its pairs/s on one thread; per kind of pair, the
+    file and the scores' jsonl), and what the scoring measured (its pairs/s on two threads; per kind of pair, the
     share that keep_best drops, ranked as mtx.data.corpora ranks them)."""
     scores = args.out / "noisy.scored.jsonl"
     timing = args.out / "scoring.json"
@@ -140,7 +140,7 @@ def scored_pairs(args: argparse.Namespace, files: dict[str, Any]) -> tuple[list[
         say(f"score the noisy pairs with {scorer}")
         started = time.perf_counter()
         mtx("translate", "-m", str(scorer), "-i", files["noisy"][0], "--score-reference", files["noisy"][1],
-            "--format", "jsonl", "-o", str(scores), "--threads", "1", "--batch-tokens", "8192")
+            "--format", "jsonl", "-o", str(scores), "--threads", "2", "--batch-tokens", "8192")
         timing.write_text(json.dumps(time.perf_counter() - started))
     seconds = json.loads(timing.read_text())
     lines = [json.loads(line) for line in scores.read_text(encoding="utf-8").splitlines()]
@@ -195,7 +195,7 @@ def main() -> None:
     lines += ["", f"| keep_best {scoring['keep_best']}: dropped of | {' | '.join(kinds)} |",
               f"|---|{'---|' * len(kinds)}",
               f"| share | {' | '.join(str(scoring['kind_dropped'][kind]) for kind in kinds)} |",
-              "", f"Scoring: {scoring['scoring_pairs_per_s']:,} pairs/s on one thread "
+              "", f"Scoring: {scoring['scoring_pairs_per_s']:,} pairs/s on two threads "
               f"({scoring['scoring_seconds']} s); "
               f"flagged too_long_to_score: {scoring['flagged_too_long']}; manifest drops: "
               f"{ {k: v for k, v in scoring['dropped'].items() if v} }"]
