@@ -13,6 +13,7 @@ here, for every corpus before any long work starts, and reported as MtxError nam
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -187,7 +188,8 @@ def _confidence(line: bytes, path: Path, number: int) -> float:
     if not isinstance(log_probs, list) or not log_probs:
         raise MtxError(f"{path}, line {number}: it has no token_log_probs, which keep_best ranks the translations by; "
                        "translate with mtx translate --format jsonl.")
-    return sum(log_probs) / len(log_probs)
+    mean = sum(log_probs) / len(log_probs)
+    return float("-inf") if math.isnan(mean) else mean  # a NaN log-probability (Python's json reads NaN) ranks last
 
 
 def _parsed(line: bytes, path: Path, number: int) -> dict[str, Any]:

@@ -73,6 +73,11 @@ def test_an_empty_line_s_empty_translation_is_ranked_below_every_translation(tmp
     assert pairs[1] == ("", "")
 
 
+def test_a_nan_log_probability_ranks_last_rather_than_passing_for_a_pair_too_long(tmp_path: Path) -> None:
+    pairs, dropped = kept(tmp_path, [scored("a", -9.0), {**scored("b", 0.0), "token_log_probs": [float("nan")]}], 0.5)
+    assert pairs == [("s1", "a")] and dropped == {TOO_LONG_TO_SCORE: 0, "teacher_confidence": 1}
+
+
 @pytest.mark.parametrize(("line", "message"), [
     ({**SCORED, "text": "a", "token_log_probs": []}, "it has no token_log_probs"),
     ({**TOO_LONG, "flags": []}, "it has no token_log_probs"),
