@@ -36,6 +36,7 @@ NULL = PAD  # IBM Model 1's empty word, which every target token may align to: P
 BLOCK = 2048  # sentence pairs read and expanded into their (source, target) token pairs at once
 CACHE_BYTES = 1 << 30  # the most memory the passes after EM's first may keep the blocks' pair indices in
 MERGE_EVERY = 16  # blocks' distinct pairs merged into one sorted array at a time
+RANK_STRETCH = 1 << 20  # entries of the table ranked at once, whole source tokens' runs
 FILE = "lexicon.npz"  # in a prepared data folder
 FORMAT = 1  # bump when the file's layout changes
 
@@ -109,7 +110,16 @@ def learn_lexicon(split: TokenSplit, vocab_size: int, width: int, iterations: in
     if pairs is not None and pairs < len(split):
         split = Sample(split, evenly_spread(len(split), pairs))
     keys, target_counts = _cooccurring(split, vocab_size, advance)
-    blocks = _Blocks(split, keys, vocab_size, advance, cache_bytes)
+    probability = _expectation_maximisation(_Blocks(split, keys, vocab_size, advance, cache_bytes), keys,
+                                            vocab_size, iterations)
+    return Lexicon(_best_targets(keys, probability, vocab_size, width),
+                   np.argsort(-target_counts, kind="stable")[: int((target_counts > 0).sum())].astype(np.int32),
+                   iterations, len(split))
+
+
+def _expectation_maximisation(blocks: _Blocks, keys: np.ndarray, vocab_size: int, iterations: int) -> np.ndarray:
+    """t(t | s) of every key after `iterations` of EM, float32; the blocks kept in memory are let go on return,
+    before the table is ranked."""
     probability: np.ndarray | None = None  # None: every alignment equally likely, where EM starts
     for _ in range(iterations + 1):
         counts = np.zeros(len(keys), dtype=np.float64)
@@ -121,9 +131,8 @@ def learn_lexicon(split: TokenSplit, vocab_size: int, width: int, iterations: in
             counts += np.bincount(index, weights=posterior, minlength=len(keys))
         sources = keys // vocab_size
         probability = (counts / np.bincount(sources, weights=counts, minlength=vocab_size)[sources]).astype(np.float32)
-    return Lexicon(_best_targets(keys, probability, vocab_size, width),
-                   np.argsort(-target_counts, kind="stable")[: int((target_counts > 0).sum())].astype(np.int32),
-                   iterations, len(split))
+    assert probability is not None
+    return probability
 
 
 def sample_size(split_pairs: int, pairs: int | None) -> int:
@@ -193,12 +202,19 @@ def _cooccurring(split: TokenSplit, vocab_size: int, advance: Callable[[int], No
     found: list[np.ndarray] = []
     target_counts = np.zeros(vocab_size, dtype=np.int64)
     for source, target, pairs_each, sentences in _token_pairs(split):
-        found.append(_distinct(source * vocab_size + target)[0])
+        found.append(_sorted_distinct(source * vocab_size + target))
         target_counts += np.bincount(target[np.cumsum(pairs_each) - pairs_each], minlength=vocab_size)  # once each
         if len(found) == MERGE_EVERY:  # so that what is held stays near the distinct pairs
-            found = [_distinct(np.concatenate(found))[0]]
+            found = [_sorted_distinct(np.concatenate(found))]
         advance(sentences)
-    return _distinct(np.concatenate(found))[0] if found else np.zeros(0, dtype=np.int64), target_counts
+    return _sorted_distinct(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64), target_counts
+
+
+def _sorted_distinct(keys: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of `keys` (which it sorts in place): `_distinct` without the index of each key,
+    and without its sort order's 8 bytes a key, the most memory the table's first pass holds at once."""
+    keys.sort()
+    return keys[np.diff(keys, prepend=keys[:1] - 1) != 0]
 
 
 def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -233,13 +249,18 @@ def _token_pairs(split: TokenSplit) -> Iterator[tuple[np.ndarray, np.ndarray, np
 
 def _best_targets(keys: np.ndarray, probability: np.ndarray, vocab_size: int, width: int) -> np.ndarray:
     """(V, width): each source token's `width` target tokens of highest probability, best first (ties: the lower
-    id), PAD after its last; NULL's row is left empty, as NULL is no token of a sentence."""
-    sources, targets = keys // vocab_size, keys % vocab_size
-    order = np.lexsort((targets, -probability, sources))  # by source, then probability down, then id
-    sources, targets = sources[order], targets[order]
-    starts = np.searchsorted(sources, sources)  # each entry's first index of its source's run
-    rank = np.arange(len(order)) - starts
-    kept = (rank < width) & (sources != NULL)
+    id), PAD after its last; NULL's row is left empty, as NULL is no token of a sentence. The keys are sorted, so
+    each source token's entries are one run of them, ranked a stretch of whole runs at a time: the sort's
+    temporaries are a stretch's, not the table's."""
     table = np.full((vocab_size, width), PAD, dtype=np.int32)
-    table[sources[kept], rank[kept]] = targets[kept]
+    run_starts = np.searchsorted(keys, keys[::RANK_STRETCH] // vocab_size * vocab_size)  # a stretch starts a run
+    for start, end in zip(run_starts, [*run_starts[1:], len(keys)], strict=True):
+        if start == end:  # a source token with more than a stretch of entries: ranked with the stretch before
+            continue
+        sources = keys[start:end] // vocab_size
+        # by source, then probability down; a stable sort keeps equal probabilities in key order, the lower id first
+        order = np.lexsort((-probability[start:end], sources))
+        rank = np.arange(end - start) - np.searchsorted(sources, sources)  # each entry's place in its source's run
+        kept = (rank < width) & (sources != NULL)
+        table[sources[kept], rank[kept]] = keys[start:end][order][kept] % vocab_size
     return table
