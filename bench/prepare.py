@@ -1,29 +1,43 @@
-"""How fast `mtx prepare` runs and how much memory it needs, on a synthetic WMT-sized corpus.
+"""How fast `mtx prepare` runs and how much memory it needs, on a WMT-sized corpus, at this checkout or another commit.
 
-Writes N aligned sentence pairs as plain files (Zipf-distributed pseudo-words, 5–40 words a sentence, like
-news text), then prepares them once per --workers value, each in a fresh process so peak memory is measured
-alone. One JSON line per run on stdout: pairs, workers, seconds, pairs_per_second and the peak resident
-memory of the main process and of the largest worker.
+The corpus is N aligned sentence pairs as plain files: synthetic (Zipf-distributed pseudo-words, 5–40 words a
+sentence, like news text), or a real corpus' training files repeated to N pairs (`--corpus SRC TGT`). Each run
+prepares it once, in a fresh process so that peak memory is measured alone, through `mtx prepare` itself (the
+command line, which every commit has), into a fresh run folder that is deleted afterwards. One JSON line per run
+on stdout: commit, pairs, workers, settings, seconds (and, where a lexical table was learnt, the seconds before
+it, the manifest's), pairs_per_second and the peak resident memory of the main process and of the largest worker.
 
     OMP_WAIT_POLICY=PASSIVE python bench/prepare.py --pairs 1000000 --workers 1 2
     OMP_WAIT_POLICY=PASSIVE python bench/prepare.py --pairs 2000000 --workers 2 --language-id both
+    nice python bench/prepare.py --folder /tmp/real-2m --corpus runs/real_corpus/en-de/train.{en,de} \
+        --pairs 2000000 --workers 2 --commits HEAD 62f50bd --repeats 1
+    nice python bench/prepare.py --folder /tmp/real-2m --pairs 2000000 --workers 2 --set data.lexicon.learn=true
 
 --language-id on adds data.filter.language_id (py3langid, mtx[langid]); both prepares once without, once with.
+--commits runs each prepare at each commit in turn (interleaved, so that a neighbour's load hits all of them):
+HEAD is this checkout; any other is checked out once into /tmp/mtx-COMMIT (`git worktree add`) and imported from
+there, with this interpreter and its packages. --set KEY=VALUE sets a recipe key (a YAML value) in every run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import runpy
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from itertools import cycle, islice
 from pathlib import Path
 
 import numpy as np
 import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def write_corpus(folder: Path, pairs: int, seed: int = 0) -> tuple[Path, Path]:
@@ -46,33 +60,79 @@ def write_corpus(folder: Path, pairs: int, seed: int = 0) -> tuple[Path, Path]:
     return source, target
 
 
-def run_once(folder: Path, workers: int, language_id: bool) -> dict:
-    """Prepare the corpus in `folder` in this process and report time and peak memory."""
-    from mtx.config.loading import load_recipe
-    from mtx.data.prepare import prepare
+def repeat_corpus(folder: Path, pairs: int, source: Path, target: Path) -> None:
+    """The real corpus' pairs repeated, in order, to `pairs` pairs (dedup keeps one copy of each)."""
+    with open(source, encoding="utf-8") as src, open(target, encoding="utf-8") as tgt:
+        originals = list(zip(src, tgt, strict=True))
+    with open(folder / "train.src", "w", encoding="utf-8") as src, \
+            open(folder / "train.tgt", "w", encoding="utf-8") as tgt:
+        for s, t in islice(cycle(originals), pairs):
+            src.write(s)
+            tgt.write(t)
 
-    recipe = {
-        "name": "bench",
-        "run_dir": str(folder / f"run-{workers}-{language_id}"),
-        "data": {"source": {"files": {"train": [str(folder / "train.src"), str(folder / "train.tgt")]}},
-                 "bpe": {"vocab_size": 32000}, "filter": {"language_id": language_id}},
-    }
-    path = folder / f"recipe-{workers}-{language_id}.yaml"
-    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+
+def checkout(commit: str) -> Path:
+    """The folder whose `mtx` package a run imports: this checkout for HEAD, else a worktree of `commit`."""
+    if commit == "HEAD":
+        return ROOT
+    folder = Path(tempfile.gettempdir()) / f"mtx-{commit}"
+    if not folder.is_dir():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(folder), commit], check=True,
+                       stdout=subprocess.DEVNULL)
+    return folder
+
+
+def recipe_for(folder: Path, run_dir: Path, language_id: bool, settings: list[str]) -> dict:
+    data: dict = {"source": {"files": {"train": [str(folder / "train.src"), str(folder / "train.tgt")]}},
+                  "bpe": {"vocab_size": 32000}}
+    if language_id:
+        data["filter"] = {"language_id": True}
+    recipe = {"name": "bench", "run_dir": str(run_dir), "data": data}
+    for setting in settings:
+        key, value = setting.split("=", 1)
+        *path, last = key.split(".")
+        node = recipe
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = yaml.safe_load(value)
+    return recipe
+
+
+def run_once(recipe_path: Path, workers: int) -> dict:
+    """`mtx prepare RECIPE --workers N` in this process, as the command line runs it; time and peak memory."""
+    sys.argv = ["mtx", "prepare", str(recipe_path), "--workers", str(workers)]
     started = time.perf_counter()
-    manifest = prepare(load_recipe(path), workers=workers)
+    try:
+        runpy.run_module("mtx", run_name="__main__")
+    except SystemExit as done:
+        if done.code not in (0, None):
+            raise
     seconds = time.perf_counter() - started
+    return {"seconds": round(seconds, 1),
+            "peak_rss_mb_main": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            "peak_rss_mb_largest_worker": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024}
+
+
+def measure(folder: Path, commit: str, workers: int, language_id: bool, settings: list[str]) -> dict:
+    """One prepare of the corpus in `folder` at `commit`, in a process of its own, into a fresh run folder."""
+    run_dir = folder / f"run-{commit}-{workers}-{language_id}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    recipe_path = folder / "recipe.yaml"
+    recipe_path.write_text(yaml.safe_dump(recipe_for(folder, run_dir, language_id, settings)), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(checkout(commit))}
+    done = subprocess.run([sys.executable, __file__, "--once", str(recipe_path), "--workers", str(workers)],
+                          env=env, check=True, stdout=subprocess.PIPE, text=True, cwd=folder)
+    timing = json.loads(done.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "data" / "manifest.json").read_text(encoding="utf-8"))
+    lexicon = (run_dir / "data" / "lexicon.npz").is_file()
+    shutil.rmtree(run_dir, ignore_errors=True)
     pairs = manifest["filter"]["read"]
     return {
-        "pairs": pairs,
-        "kept": manifest["filter"]["kept"],
-        "workers": workers,
-        "language_id": language_id,
-        "dropped_language": manifest["filter"]["dropped"]["language"],
-        "seconds": round(seconds, 1),
-        "pairs_per_second": round(pairs / seconds),
-        "peak_rss_mb_main": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-        "peak_rss_mb_largest_worker": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024,
+        "commit": commit, "pairs": pairs, "kept": manifest["filter"]["kept"], "workers": workers,
+        "language_id": language_id, "settings": settings,
+        "dropped_language": manifest["filter"]["dropped"].get("language", 0),
+        **({"lexicon": True, "seconds_before_lexicon": manifest["seconds"]} if lexicon else {}),
+        **timing, "pairs_per_second": round(pairs / timing["seconds"]),
     }
 
 
@@ -81,22 +141,32 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1_000_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--folder", type=Path, help="reuse or keep the corpus here (default: a temp dir)")
+    parser.add_argument("--corpus", type=Path, nargs=2, metavar=("SRC", "TGT"),
+                        help="a real corpus' training files, repeated to --pairs pairs (default: synthetic)")
     parser.add_argument("--language-id", choices=["off", "on", "both"], default="off")
-    parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)  # one run, in this process
+    parser.add_argument("--commits", nargs="+", default=["HEAD"], help="HEAD (this checkout) or commits to compare")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--once", type=Path, help=argparse.SUPPRESS)  # one run of this recipe, in this process
     args = parser.parse_args()
     if args.once:
-        print(json.dumps(run_once(args.folder, args.workers[0], args.language_id == "on")), flush=True)
+        print(json.dumps(run_once(args.once, args.workers[0])), flush=True)
         return
-    settings = ["off", "on"] if args.language_id == "both" else [args.language_id]
+    languages = ["off", "on"] if args.language_id == "both" else [args.language_id]
     with tempfile.TemporaryDirectory() as temp:
-        folder = args.folder or Path(temp)
+        folder = (args.folder or Path(temp)).resolve()
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "train.src").is_file():
-            write_corpus(folder, args.pairs)
-        for workers in args.workers:
-            for setting in settings:
-                subprocess.run([sys.executable, __file__, "--once", "--folder", str(folder), "--workers", str(workers),
-                                "--language-id", setting], check=True)
+            if args.corpus:
+                repeat_corpus(folder, args.pairs, *args.corpus)
+            else:
+                write_corpus(folder, args.pairs)
+        for _ in range(args.repeats):
+            for workers in args.workers:
+                for language in languages:
+                    for commit in args.commits:
+                        print(json.dumps(measure(folder, commit, workers, language == "on", args.settings)),
+                              flush=True)
 
 
 if __name__ == "__main__":
