@@ -119,7 +119,10 @@ def fingerprint(data: DataConfig, max_positions: int) -> dict[str, Any]:
             del source["files"]["keep_best"]
     defaults = {f.name: f.default for f in dataclasses.fields(FilterConfig)}
     for key in CLEANING_KEYS:
-        if section["filter"][key] == defaults[key]:
+        # language_id_ratio stays while language_id is on, even at its default: it names the rule of issue 56,
+        # which replaced a threshold, so data filtered by the old rule is not taken as up to date
+        kept_for_its_rule = key == "language_id_ratio" and data.filter.language_id
+        if section["filter"][key] == defaults[key] and not kept_for_its_rule:
             del section["filter"][key]
     if section["bpe"]["style"] == "bytelevel":
         del section["bpe"]["style"], section["bpe"]["model"]  # validation holds unigram to metaspace

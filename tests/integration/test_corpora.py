@@ -378,6 +378,17 @@ def test_one_source_recipes_keep_the_fingerprint_they_had() -> None:
     assert fingerprint(explicit, 1024) == fingerprint(demo, 1024)
 
 
+def test_data_filtered_by_the_former_language_rule_is_not_up_to_date() -> None:
+    """Issue 56 replaced language identification's rule ("confident of another language") with a ratio: data a
+    recipe with language_id prepared before it (this fingerprint, measured at f97816c) is prepared again, as it
+    holds pairs the new rule drops."""
+    recipe = load_recipe(RECIPES / "demo.yaml", ["data.filter.language_id=true"]).data
+    assert fingerprint(recipe, 1024)["recipe_sha256"] != (
+        "b3b8f10eace5ecf1105483ae6d9b5db992ad7434b9ae3096ac35bbf333f35336")
+    assert fingerprint(load_recipe(RECIPES / "demo.yaml").data, 1024)["recipe_sha256"] == (
+        "8727011944aa6c6b946a2bdf119443114cd84c1523d27a38ab08c8b562e5b224")  # language_id off: unchanged
+
+
 def test_keys_list_the_corpora_and_the_borrowed_vocabulary(tmp_path: Path) -> None:
     by_key = {k.key: k for k in all_keys()}
     assert by_key["data.sources"].section and by_key["data.sources"].type == "a list of mappings or null"
