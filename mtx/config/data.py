@@ -275,7 +275,7 @@ class LexiconConfig:
         "decode.shortlist, mtx serve's shortlist, mtx export --shortlist); off, prepare does no lexicon work. "
         "Turned on for a prepared folder, prepare learns only the table.")
     pairs: int | None = setting(
-        500_000, "The most training pairs the table is learnt from, evenly spread over the split (every n/N-th pair, "
+        200_000, "The most training pairs the table is learnt from, evenly spread over the split (every n/N-th pair, "
         "the same each run), which bounds its time and memory whatever the corpus size; a smaller sample gives "
         "rare tokens fewer translations (docs/guides/decoding.md). Unset: every pair.",
         bounds=Bounds(1, note="leave it unset to learn from every pair"))
