@@ -298,7 +298,8 @@ def compare_trained(args: argparse.Namespace) -> None:
     model = models[0].eval()
     lexicon = Lexicon.of_checkpoint(metadata[0]) or Lexicon.load(args.data)
     if lexicon is None:
-        raise SystemExit(f"neither {args.checkpoint} nor {args.data} holds a lexical table: run mtx prepare")
+        raise SystemExit(f"neither {args.checkpoint} nor {args.data} holds a lexical table: run mtx prepare "
+                         "with --set data.lexicon.learn=true")
     args.vocab = model.vocab_size
     batches = test_batches(args, tokenizer)
     shortlist = Shortlist(lexicon, args.shortlist, args.frequent)
