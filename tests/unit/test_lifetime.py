@@ -13,13 +13,14 @@ import pytest
 
 from mtx.decode.lifetime import end_with_parent
 
-# A parent that decodes, in two forked processes, two batches that take a minute: each child says its pid first.
+# A parent that decodes, in two forked processes, two batches that take a minute: each child says its pid first,
+# in one write (print's text and its newline are two writes, which the two children's can interleave in the pipe).
 PROGRAM = """
 import os, sys, time
 from mtx.decode.translator import map_in_processes
 
 def decode(item):
-    print(os.getpid(), flush=True)
+    os.write(1, f"{os.getpid()}\\n".encode())
     time.sleep(60)
 
 map_in_processes(decode, [0, 1], at_once=2, threads_each=1)
@@ -39,7 +40,10 @@ def test_decoding_processes_die_with_a_parent_killed_with_sigkill() -> None:
     parent = subprocess.Popen([sys.executable, "-c", PROGRAM], stdout=subprocess.PIPE, text=True)
     children = []
     try:
-        children = [int(parent.stdout.readline()) for _ in range(2)]
+        while len(children) < 2:
+            line = parent.stdout.readline()
+            assert line, "the program ended before its children said their pids"
+            children += [int(pid) for pid in line.split()]
         assert all(alive(pid) for pid in children)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
