@@ -231,9 +231,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
                                                            companion=companion, output_format=output_format,
                                                            alignment=alignment, alignment_layer=alignment_layer,
                                                            dtype=dtype, errors=errors))
-            if shard_output.is_done():
-                log(f"shard {shard}: {output_path} is complete, made by this same translation; delete it and "
-                    f"{shard_output.record.name} to translate the shard again.\n")
+            if shard_output is None:  # complete already, made by this same translation
                 return TranslationStats()
         prepared, tokenizer, loaded = load_prepared(checkpoints, device, dtype)
         for path, checkpoint in zip(checkpoints, loaded, strict=True):
@@ -295,12 +293,12 @@ def check_files(input_path: Path | None, output_path: Path | None, line_offset: 
 def claim_shard(shard: Shard, checkpoints: Sequence[Path], input_path: Path | None, output_path: Path | None,
                 log: Callable[[str], None], *, options: dict[str, object], line_offset: int,
                 companion: Companion | None, output_format: str, alignment: bool, alignment_layer: int | None,
-                dtype: str, errors: str) -> Iterator[ShardOutput]:
+                dtype: str, errors: str) -> Iterator[ShardOutput | None]:
     """The shard's output (mtx.decode.shards), its lock held while the context lasts, described by what makes
-    its lines: the input, the shard, the models and every option that changes an output line. The decoding options
-    are those the first checkpoint's recipe and `options` resolve to, read from the checkpoints' metadata, so a
-    finished shard is recognised, or refused, before any weights load. A shard needs an input file to count the
-    lines of and an output file to resume."""
+    its lines: the input, the shard, the models and every option that changes an output line; None, said in the
+    log, where that output is complete already. The decoding options are those the first checkpoint's recipe and
+    `options` resolve to, read from the checkpoints' metadata, so a finished shard is recognised, or refused,
+    before any weights load. A shard needs an input file to count the lines of and an output file to resume."""
     from mtx.decode.alignment import aligning_layer
     from mtx.decode.ensemble import read_metadata
     from mtx.decode.limits import ModelLimits
@@ -319,7 +317,12 @@ def claim_shard(shard: Shard, checkpoints: Sequence[Path], input_path: Path | No
         if (old := output.lock.replaced_stale) is not None:
             log(f"shard {shard}: took over the lock of a stopped process (host {old.get('host')}, pid "
                 f"{old.get('pid')}: {old.get('stale_reason')}).\n")
-        yield output
+        if output.is_done():
+            log(f"shard {shard}: {output_path} is complete, made by this same translation; delete it and "
+                f"{output.record.name} to translate the shard again.\n")
+            yield None
+        else:
+            yield output
 
 
 def resume_shard(shard: Shard, output: ShardOutput, input_path: Path, log: Callable[[str], None]
