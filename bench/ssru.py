@@ -34,7 +34,8 @@ from common import build_model, emit, emit_info, set_threads, time_interleaved
 from torch import Tensor, nn
 
 from mtx.decode.search import Constraints, LengthPenalty, search
-from mtx.model.transformer import DecoderState, LayerNorm, Transformer
+from mtx.model.decoder_state import DecoderState
+from mtx.model.transformer import LayerNorm, Transformer
 
 VOCAB = 8000  # the real-data corpus's joint vocabulary, as the distillation walkthrough's students have
 

@@ -31,7 +31,8 @@ from torch import Tensor
 from mtx.config.decode import flag_name
 from mtx.decode.search import Hypothesis
 from mtx.errors import MtxError
-from mtx.model.transformer import DecoderState, Transformer
+from mtx.model.decoder_state import DecoderState
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
 
 Alignment = list[tuple[int, int]]  # (source word, target word) links, in target word order

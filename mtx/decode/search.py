@@ -50,7 +50,7 @@ class DecoderCache(Protocol):
     It holds N rows, one per hypothesis being extended, grouped by sentence: the B sentences in order, N / B
     consecutive rows each (a sentence's beams). It is owned by one search: `decode_step` may write into it and
     `reorder` may recycle its memory, so after either call only the state it returns is valid.
-    mtx.model.transformer.DecoderState is one, without naming this protocol.
+    mtx.model.decoder_state.DecoderState is one, without naming this protocol.
     """
 
     # Optionally, `attention`: (N, S), each row's cross-attention over the source at the last step, of the layer

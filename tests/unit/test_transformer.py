@@ -9,8 +9,8 @@ from support import TINY_VOCAB, tiny_model
 
 from mtx.config.recipe import ModelConfig, resolve_model
 from mtx.decode.translator import prepare_model
+from mtx.model.decoder_state import DecoderState
 from mtx.model.transformer import (
-    DecoderState,
     SequenceTooLongError,
     Transformer,
     count_parameters,
