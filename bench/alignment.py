@@ -26,7 +26,7 @@ from common import emit_info, set_threads
 
 from mtx.analysis.aer import AlignmentCounts, corpus_counts, diagonal, read_gold, reference_attention
 from mtx.checkpoint import load_model
-from mtx.decode.alignment import default_alignment_layer
+from mtx.decode.request import default_alignment_layer
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from prepare import write_corpus
 
 from mtx.checkpoint import load_model
 from mtx.config.recipe import DecodeConfig
-from mtx.decode.alignment import default_alignment_layer
+from mtx.decode.request import default_alignment_layer
 from mtx.decode.translator import Translator
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer

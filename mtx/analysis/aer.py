@@ -29,7 +29,8 @@ import torch
 from torch import Tensor
 
 from mtx.data.batching import padded
-from mtx.decode.alignment import Alignment, hard_alignments, word_attention, word_count
+from mtx.decode.alignment import hard_alignments, word_attention, word_count
+from mtx.decode.translation import Alignment
 from mtx.errors import MtxError
 from mtx.model.transformer import AttentionWeights, Transformer
 from mtx.tokenizer import BOS, EOS, PAD, Tokenizer, normalize_text

@@ -22,6 +22,7 @@ from mtx.config.fields import AT_LEAST_0, AT_LEAST_1, POSITIVE, Bounds, ConfigEr
 from mtx.errors import MtxError
 
 LengthPenaltyStyle = Literal["gnmt", "fairseq"]
+EngineName = Literal["torch", "ct2"]  # the decoding engines (mtx.decode.engine)
 # The decoding options only sampling reads, each by the value that leaves it unset: elsewhere they must have it.
 SAMPLING_ONLY: dict[str, Any] = {"topk": None, "topp": 1.0, "temperature": 1.0}
 # The largest length penalty α: lp = |Y|^α of a 1,024-token output is 2^100 at α = 10, well inside float32's range
@@ -29,7 +30,7 @@ SAMPLING_ONLY: dict[str, Any] = {"topk": None, "topp": 1.0, "temperature": 1.0}
 MAX_LENPEN = 10.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodeConfig:
     """How to search: beam 4, at most input + 50 tokens (the paper's); lp = |Y|, which beat the paper's
     ((5 + |Y|) / 6)^0.6 on every seed of bench/quality.py (bench/README.md); the WMT14 recipes keep the paper's.
@@ -78,6 +79,11 @@ class DecodeConfig:
         bounds=Bounds(0, note="0: the whole vocabulary"))
     shortlist_frequent: int = setting(
         100, "With shortlist: the most frequent target tokens in every sentence's shortlist.", bounds=AT_LEAST_0)
+    engine: EngineName = setting(
+        "torch", "What decodes: torch, mtx's own search, the reference, with every option; ct2, CTranslate2 (the "
+        "extra mtx[ct2]), faster on CPUs, the checkpoint converted once and cached beside it. ct2 refuses, naming "
+        "it, each option it cannot honour exactly (the gnmt length penalty, ensembles, shortlist, alignment_layer "
+        "other than the default, sampling's seeds): engine torch does them.")
     target_lang: str | None = setting(
         None, "For a model of several target languages (data.target_tag): translate into this one, by putting its "
         "tag (<2de>) before every sentence that does not start with a target tag of its own. Unset: each sentence's "
@@ -123,9 +129,10 @@ class DecodeConfig:
         def problem(name: str, what: str) -> tuple[str, str]:
             return name, f"{spell(name)}{separator}{getattr(self, name)!r} {what}."
 
-        styles = typing.get_args(LengthPenaltyStyle)
-        if self.lenpen_style not in styles:
-            return problem("lenpen_style", f"is not one of {', '.join(styles)}")
+        for f in dataclasses.fields(self):
+            choices = _choices(self, f.name)
+            if choices and getattr(self, f.name) not in choices:
+                return problem(f.name, f"is not one of {', '.join(choices)}")
         for name, what in bounds_problems(self):
             return problem(name, what)
         if vocabulary is not None and self.beam > vocabulary:
@@ -152,6 +159,12 @@ class DecodeConfig:
             return "beam", (f"{sampling} draws each token, {beam}{separator}{self.beam} searches: give one or the "
                             f"other (with {sampling}, {nbest}{separator}N draws N samples).")
         return None
+
+
+def _choices(config: DecodeConfig, name: str) -> tuple[str, ...]:
+    """The values a field typed as a Literal takes (`lenpen_style`: gnmt, fairseq); () for any other field."""
+    kind = typing.get_type_hints(type(config))[name]
+    return typing.get_args(kind) if typing.get_origin(kind) is Literal else ()
 
 
 def flag_name(name: str) -> str:

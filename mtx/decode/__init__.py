@@ -1,5 +1,10 @@
 """Decoding: checkpoints and sentences in, translations out.
 
+    engine         the one interface every translating command uses (`Engine`), and how to open one
+    translation    what an engine takes and returns: token ids in, n-best `Translation`s and stats out
+    facts          `ModelFacts`: what a checkpoint says of itself (tokenizer, limits, defaults, table, languages)
+    request        `Request`: one call's options, whose fields make the flags and HTTP fields, its rules written once
+
     search         greedy, beam and sampling search over the `IncrementalDecoder` protocol, with a length penalty,
                    target prefixes and no repeated n-grams
     sampling       the draws of sampling: counter-based random numbers per (seed, line, sample, step), and filters

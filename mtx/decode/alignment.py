@@ -23,19 +23,14 @@ indices), e.g. "0-0 2-1 1-2".
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 
-from mtx.config.decode import flag_name
 from mtx.decode.search import Hypothesis
-from mtx.errors import MtxError
+from mtx.decode.translation import Alignment
 from mtx.model.decoder_state import DecoderState
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
-
-Alignment = list[tuple[int, int]]  # (source word, target word) links, in target word order
 
 
 class AligningDecoder:
@@ -53,40 +48,6 @@ class AligningDecoder:
 
     def decode_step(self, prev: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         return self.model.decode_step(prev, state)
-
-
-def default_alignment_layer(decoder_layers: int) -> int:
-    """The last decoder layer (0-based) of a decoder of one or two layers; the penultimate of a deeper one.
-
-    In a two-layer decoder the first layer's cross-attention reads the source before the decoder has built
-    much of the target's context, and it spreads its attention: the second layer's, heads averaged, matches
-    the demo's gold alignments far better (bench/alignment.py). In deeper decoders Garg et al. (2019, "Jointly
-    Learning to Align and Translate with Transformer Models") found the penultimate layer to align best: the
-    last one attends to whatever helps predict the next word, which is not always the word being translated.
-    """
-    return decoder_layers - 1 if decoder_layers <= 2 else decoder_layers - 2
-
-
-def aligning_layer(alignment: bool, asked: int | None, decoder_layers: int, spell: Callable[[str], str] = flag_name,
-                   separator: str = " ") -> int | None:
-    """The decoder layer whose cross-attention aligns (None: no alignments), given whether alignments are asked
-    for, the layer asked for (None: `default_alignment_layer`) and the model's count of decoder layers.
-
-    The one rule of `mtx translate --alignment-layer`, the translator and the server's `alignment_layer`: a
-    layer only with alignments, and one the model has. An MtxError otherwise, every one of them the fault of
-    `alignment_layer`, named as `spell` and `separator` write a name and its value (a flag: `--alignment-layer 9`;
-    a request's field: `alignment_layer = 9`).
-    """
-    if not alignment:
-        if asked is not None:
-            raise MtxError(f"{spell('alignment_layer')} only applies with {spell('alignment')}.")
-        return None
-    if asked is None:
-        return default_alignment_layer(decoder_layers)
-    if not 0 <= asked < decoder_layers:
-        raise MtxError(f"{spell('alignment_layer')}{separator}{asked} is not a layer of this model, whose decoder "
-                       f"layers are numbered 0 to {decoder_layers - 1}.")
-    return asked
 
 
 def word_count(words: list[int | None]) -> int:

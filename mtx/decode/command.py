@@ -210,9 +210,9 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     """
     from mtx.checkpoint import describe_checkpoint
     from mtx.data.lexicon import Lexicon
-    from mtx.decode.alignment import aligning_layer
     from mtx.decode.doubts import DoubtThresholds
     from mtx.decode.output import OutputFormat, score_writer, search_writer
+    from mtx.decode.request import aligning_layer
     from mtx.decode.target_lang import TargetLanguages
     from mtx.decode.translator import Dtype, TranslationStats, Translator, load_prepared
     from mtx.devices import DeviceName
@@ -299,9 +299,9 @@ def claim_shard(shard: Shard, checkpoints: Sequence[Path], input_path: Path | No
     log, where that output is complete already. The decoding options are those the first checkpoint's recipe and
     `options` resolve to, read from the checkpoints' metadata, so a finished shard is recognised, or refused,
     before any weights load. A shard needs an input file to count the lines of and an output file to resume."""
-    from mtx.decode.alignment import aligning_layer
     from mtx.decode.ensemble import read_metadata
     from mtx.decode.limits import ModelLimits
+    from mtx.decode.request import aligning_layer
 
     if input_path is None or output_path is None:
         raise MtxError(f"--shard {shard} needs -i and -o files: the input's lines are counted to cut it into "

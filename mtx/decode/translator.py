@@ -35,23 +35,25 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, NamedTuple
 
 import torch
 
 from mtx.config.recipe import DecodeConfig
 from mtx.data.batching import decoding_batches, padded
 from mtx.data.lexicon import Lexicon, width_of
-from mtx.decode.alignment import AligningDecoder, Alignment, align_searched, aligning_layer
+from mtx.decode.alignment import AligningDecoder, align_searched
 from mtx.decode.doubts import TRUNCATED, DoubtThresholds, doubts
+from mtx.decode.engine import Dtype
 from mtx.decode.ensemble import Ensemble, load_models
 from mtx.decode.forced import forced_scores
 from mtx.decode.lifetime import end_with_parent
 from mtx.decode.limits import ModelLimits
+from mtx.decode.request import aligning_layer
 from mtx.decode.sampling import line_indices
 from mtx.decode.search import Constraints, Hypothesis, IncrementalDecoder, LengthPenalty, Sampling, most_endings, search
 from mtx.decode.shortlist import Shortlist, ShortlistDecoder
 from mtx.decode.target_lang import TargetLanguages
+from mtx.decode.translation import Alignment, TooLongToScore, Translation, TranslationStats
 from mtx.devices import available_memory, choose_device, choose_dtype, half_precision_model
 from mtx.errors import MtxError
 from mtx.model import fast_paths, int8
@@ -59,44 +61,6 @@ from mtx.model.transformer import Transformer
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
 
 MAX_BATCHES_AT_ONCE = 8  # batches decoded side by side on a CPU, a process each holding its batch's search
-
-Dtype = Literal["auto", "fp32", "bf16", "fp16", "int8"]
-
-
-@dataclass
-class TranslationStats:
-    """What a run did, for the summary line on standard error."""
-
-    sentences: int = 0
-    output_tokens: int = 0
-    truncated: int = 0  # sources cut to the model's max_positions
-    too_long_to_score: int = 0  # lines whose source or given translation the model cannot hold whole (scoring)
-    seconds: float = 0.0  # spent translating, not waiting for input
-
-    def summary(self) -> str:
-        rate = 1.0 / self.seconds if self.seconds > 0 else 0.0
-        return (f"{self.sentences:,} sentences, {self.output_tokens:,} tokens in {self.seconds:.1f} s "
-                f"({self.sentences * rate:,.1f} sentences/s, {self.output_tokens * rate:,.0f} tokens/s)")
-
-
-class Translation(NamedTuple):
-    """One hypothesis of a sentence's n-best list: its text, and what the search knew of it."""
-
-    text: str
-    score: float
-    tokens: Sequence[int] = ()  # its token ids, EOS excluded
-    token_log_probs: Sequence[float] = ()  # each token's log-probability, EOS last (`mtx.decode.search.Hypothesis`)
-    alignment: Alignment | None = None  # its word alignment, when the translator was asked for one
-    doubts: Sequence[str] = ()  # why it deserves a human look (mtx.decode.doubts), when the translator was asked
-
-
-class TooLongToScore(NamedTuple):
-    """A given translation that `Translator.forced_scores` could not score: its source or itself is longer than
-    the model's positions (EOS included), so the model cannot read the pair whole. It has no score rather than the
-    score of a cut pair, which would be the score of another text; what is known of it is its text and tokens."""
-
-    text: str  # the translation as normalised
-    tokens: Sequence[int]  # its token ids, EOS excluded
 
 
 @dataclass

@@ -201,7 +201,7 @@ class TranslationService:
 
     def _alignment_layer(self, request: RequestOptions) -> int | None:
         """The decoder layer that aligns, when the request asks for alignments (mtx translate's default layer)."""
-        from mtx.decode.alignment import aligning_layer
+        from mtx.decode.request import aligning_layer
 
         try:
             return aligning_layer(request.alignment, request.alignment_layer, self.model.decoder_layers,

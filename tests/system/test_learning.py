@@ -35,7 +35,7 @@ def test_the_default_layer_aligns_clearly_better_than_the_diagonal(tmp_path) -> 
     from mtx.checkpoint import load_model, step_checkpoints
     from mtx.config.loading import load_recipe
     from mtx.data.prepare import prepare
-    from mtx.decode.alignment import default_alignment_layer
+    from mtx.decode.request import default_alignment_layer
     from mtx.train.trainer import train
 
     path = tmp_path / "aer.yaml"

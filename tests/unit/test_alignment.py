@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mtx.decode.alignment import aligning_layer, default_alignment_layer, hard_alignments, pharaoh, word_attention
+from mtx.decode.alignment import hard_alignments, pharaoh, word_attention
 from mtx.decode.output import format_nbest
+from mtx.decode.request import aligning_layer, default_alignment_layer
 from mtx.decode.translator import Translation
 from mtx.errors import MtxError
 

@@ -331,7 +331,7 @@ def test_every_decoding_option_is_a_translate_flag_made_from_its_field() -> None
     assert "Must be" not in params["seed"].help  # a seed has no range
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class WithNewOption(DecodeConfig):
     """DecodeConfig and one more option, as a contributor adds one."""
 
