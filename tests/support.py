@@ -581,3 +581,30 @@ class Server:
             if self.process.poll() is None:
                 self.process.kill()
             self.log_file.close()
+
+
+class Probe:
+    """What a test worker answers calls with (mtx.decode.workers): its pid and threads, an error, a death."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def work(self, i: int) -> tuple[int, int, int]:
+        return i * i + self.offset, torch.get_num_threads(), os.getpid()
+
+    def fail(self, i: int) -> int:
+        raise ValueError(f"item {i}")
+
+    def die(self, i: int) -> int:
+        os._exit(9)
+
+    def sleep(self, seconds: float) -> int:
+        os.write(1, f"{os.getpid()}\n".encode())  # one write: the pids of two workers never interleave
+        time.sleep(seconds)
+        return os.getpid()
+
+
+def load_probe(offset: int) -> Probe:
+    """A worker's `load`: one thread, as a worker of the torch engine on a CPU has."""
+    torch.set_num_threads(1)
+    return Probe(offset)

@@ -38,12 +38,15 @@ import typer
 
 from mtx.config.decode import DecodeConfig, flag_name
 from mtx.config.fields import bounds_of
+from mtx.decode.request import Request
 from mtx.decode.shards import Shard, ShardOutput, file_identity
 from mtx.errors import MtxError
 
 if TYPE_CHECKING:
-    from mtx.decode.output import OutputFormat, ScoreWriter, SearchWriter
-    from mtx.decode.translator import Dtype, TranslationStats, Translator
+    from mtx.decode.engine import Dtype
+    from mtx.decode.facts import ModelFacts
+    from mtx.decode.output import ScoreWriter, SearchWriter
+    from mtx.decode.translation import TranslationStats
     from mtx.devices import DeviceName
 
 READ_AHEAD_LINES = 2000  # a window: enough sentences for length sorting to pay off, few enough to stream
@@ -71,8 +74,10 @@ def _flag(f: dataclasses.Field, kind: Any) -> inspect.Parameter:
     elif typing.get_origin(kind) in (typing.Union, types.UnionType):  # `int | None`: the None is the flag's own
         (kind,) = [arg for arg in typing.get_args(kind) if arg is not type(None)]
     rule = f" Must be {bounds.phrase(with_note=False)}." if (bounds := bounds_of(f)) is not None else ""
+    recipes = f.name in {field.name for field in dataclasses.fields(DecodeConfig)}
+    default = f"the recipe's, {_shown(f.default)}" if recipes else _shown(f.default)
     option = typer.Option(flag_name(f.name), metavar=metavar, show_default=False,
-                          help=f"{f.metadata['help']}{rule} [default: the recipe's, {_shown(f.default)}]")
+                          help=f"{f.metadata['help']}{rule} [default: {default}]")
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[kind | None, option])
 
@@ -109,7 +114,7 @@ def with_flags_of(config: type) -> Callable[[Callable[..., None]], Callable[...,
 # ------------------------------------------------------------------------------------------------ the command
 
 
-@with_flags_of(DecodeConfig)
+@with_flags_of(Request)
 def translate(
     model: Annotated[list[Path], typer.Option(
         "-m", "--model", metavar="CKPT.pt", help="A checkpoint (mtx train/average). Given several times: an "
@@ -123,9 +128,6 @@ def translate(
     ] = None,
     *,
     options: dict[str, object],
-    line_offset: Annotated[int, typer.Option(
-        metavar="N", help="The index of the input's first line in a larger file it was cut from, so that a shard's "
-        "samples are those the whole file would get (split -l L; shard k takes --line-offset k·L).")] = 0,
     shard: Annotated[str | None, typer.Option(
         metavar="K/N", help="Translate only shard K of N (1 ≤ K ≤ N) of the -i file, one of N contiguous runs of its "
         "lines, to -o: the N outputs concatenated in order are the whole file's. Written to OUT.partial and renamed "
@@ -156,20 +158,6 @@ def translate(
     errors: Annotated[
         str, typer.Option(metavar="strict|replace", help="Invalid UTF-8 input: stop with the line number, or U+FFFD.")
     ] = "strict",
-    alignment: Annotated[bool, typer.Option(
-        "--alignment", help="Follow each translation with ' ||| ' and its word alignment in Pharaoh format: "
-        "'source-target' word indices, 0-based, one link per target word (Moses' and Marian's convention). An "
-        "empty input line gives ' ||| ' (with --nbest > 1: an empty line).")] = False,
-    alignment_layer: Annotated[int | None, typer.Option(
-        metavar="N", help="With --alignment: the decoder layer (0-based) whose cross-attention, heads averaged, "
-        "aligns. [default: the last layer of a decoder of one or two layers, else the penultimate]")] = None,
-    format_: Annotated[str, typer.Option(
-        "--format", metavar="text|jsonl", help="text: the translation; with --nbest N > 1, the N best as "
-        "'score<TAB>text' pairs joined by tabs. jsonl: one JSON object per input line instead: "
-        "text, score, tokens (the subwords, then </s>), token_log_probs (one per token), flags (why the "
-        "translation deserves a human look: loop, length_ratio, copied, low_log_prob; truncated: its source was "
-        "cut to the model's positions), with --alignment alignment ([source, target] pairs), with --nbest > 1 "
-        "nbest (a list of such objects).")] = "text",
 ) -> None:
     """Translate one sentence per line with beam search, keeping line count and order.
 
@@ -184,65 +172,54 @@ def translate(
     Example: mtx translate -m runs/demo/average.pt -i newstest2014.en -o out.de --beam 4 --lenpen 0.6
     """
     translate_file(model, input_, output, options=options, batch_tokens=batch_tokens, device=device, dtype=dtype,
-                   threads=threads, errors=errors, log=sys.stderr.write, alignment=alignment,
-                   alignment_layer=alignment_layer, output_format=format_, line_offset=line_offset,
-                   prefix_path=prefix, reference_path=score_reference,
-                   shard=None if shard is None else Shard.parse(shard))
+                   threads=threads, errors=errors, log=sys.stderr.write, prefix_path=prefix,
+                   reference_path=score_reference, shard=None if shard is None else Shard.parse(shard))
 
 
 def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_path: Path | None, *,
                    options: dict[str, object], batch_tokens: int, device: DeviceName, dtype: Dtype,
-                   threads: int | None, errors: Errors, log: Callable[[str], None], alignment: bool = False,
-                   alignment_layer: int | None = None, output_format: OutputFormat = "text", line_offset: int = 0,
-                   prefix_path: Path | None = None, reference_path: Path | None = None,
-                   shard: Shard | None = None) -> TranslationStats:
+                   threads: int | None, errors: Errors, log: Callable[[str], None], prefix_path: Path | None = None,
+                   reference_path: Path | None = None, shard: Shard | None = None) -> TranslationStats:
     """`mtx translate`: lines from `input_path` (or standard input) to `output_path` (or standard output).
 
-    Several `checkpoints` translate as one ensemble (mtx.decode.ensemble), every model on the same device in the same
-    format. `options` holds the DecodeConfig fields the user set; the others come from the (first) checkpoint's
-    recipe (`decode:`), then from the paper's defaults (DecodeConfig's), so a checkpoint whose recipe predates a
-    field still translates. `alignment` adds word alignments from the decoder layer `alignment_layer` (0-based;
-    None: `default_alignment_layer`) of the first model, which only applies with it. `output_format` "jsonl"
-    writes `json_line`s instead of text lines. `line_offset` is the index of the input's first line in a larger
-    file (sampling's draws depend on it). `prefix_path` gives a target prefix per line; `reference_path` a
-    translation per line to score instead of searching (`Translator.forced_scores`). `shard` translates one shard
-    of the input file, resumably (mtx.decode.shards).
+    `options` holds the Request fields the user set (mtx.decode.request); the others come from the (first)
+    checkpoint's recipe (`decode:`), then from the paper's defaults, so a checkpoint whose recipe predates a field
+    still translates. Every option is checked against what the checkpoints say of themselves (`ModelFacts`) and
+    against the engine's capabilities before any weights load and before anything is written. Several
+    `checkpoints` translate as one ensemble (mtx.decode.ensemble). `prefix_path` gives a target prefix per line;
+    `reference_path` a translation per line to score instead of searching (`Engine.score`). `shard` translates one
+    shard of the input file, resumably (mtx.decode.shards).
     """
     from mtx.checkpoint import describe_checkpoint
-    from mtx.data.lexicon import Lexicon
-    from mtx.decode.doubts import DoubtThresholds
-    from mtx.decode.output import OutputFormat, score_writer, search_writer
-    from mtx.decode.request import aligning_layer
-    from mtx.decode.target_lang import TargetLanguages
-    from mtx.decode.translator import Dtype, TranslationStats, Translator, load_prepared
+    from mtx.decode.engine import Dtype, open_engine, refusal
+    from mtx.decode.facts import ModelFacts
+    from mtx.decode.output import score_writer, search_writer
     from mtx.devices import DeviceName
 
     for flag, value, allowed in (("--device", device, DeviceName), ("--dtype", dtype, Dtype),
-                                 ("--errors", errors, Errors), ("--format", output_format, OutputFormat)):
+                                 ("--errors", errors, Errors)):
         check_choice(flag, value, allowed)
-    check_files(input_path, output_path, line_offset)
+    check_files(input_path, output_path)
     set_threads(threads)
-    companion = companion_file(input_path, prefix_path, reference_path, options, alignment)
+    facts = ModelFacts.read(checkpoints)
+    request = Request.of(facts, options)
+    request.check(facts, given=options)
+    if (refused := refusal(request, facts, options)) is not None:
+        raise MtxError(refused[1])
+    companion = companion_file(input_path, prefix_path, reference_path, request)
     with contextlib.ExitStack() as files:
         shard_output = None  # a shard's output, locked from before it is looked at until it is complete
         if shard is not None:
-            shard_output = files.enter_context(claim_shard(shard, checkpoints, input_path, output_path, log,
-                                                           options=options, line_offset=line_offset,
-                                                           companion=companion, output_format=output_format,
-                                                           alignment=alignment, alignment_layer=alignment_layer,
-                                                           dtype=dtype, errors=errors))
+            shard_output = files.enter_context(claim_shard(shard, facts, input_path, output_path, log,
+                                                           request=request, companion=companion, dtype=dtype,
+                                                           errors=errors))
             if shard_output is None:  # complete already, made by this same translation
                 return TranslationStats()
-        prepared, tokenizer, loaded = load_prepared(checkpoints, device, dtype)
-        for path, checkpoint in zip(checkpoints, loaded, strict=True):
+        engine = open_engine(request.engine, checkpoints, device=device, dtype=dtype, threads=torch_threads(),
+                             batch_tokens=batch_tokens, log=log)
+        files.callback(engine.close)
+        for path, checkpoint in zip(checkpoints, facts.metadata, strict=True):
             log(f"{path}: {describe_checkpoint(checkpoint)}\n")
-        decode = DecodeConfig.of_checkpoint(loaded[0], **options)
-        decode.validate_flags(given=options)  # the rules of flags the user set; the translator checks the rest
-        layer = aligning_layer(alignment, alignment_layer, len(prepared[0].decoder_layers))
-        thresholds = DoubtThresholds.of_checkpoint(loaded[0]) if output_format == "jsonl" else None
-        translator = Translator(prepared, tokenizer, decode, batch_tokens, alignment_layer=layer,
-                                doubt_thresholds=thresholds, lexicon=Lexicon.of_checkpoint(loaded[0]),
-                                targets=TargetLanguages.of_checkpoint(loaded[0]))
         show_progress = sys.stderr.isatty()
         source = files.enter_context(open(input_path, "rb")) if input_path is not None else sys.stdin.buffer
         lines = read_lines(source, str(input_path or "standard input"), errors)
@@ -257,18 +234,20 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             lines, given = (itertools.islice(stream, todo.start, todo.stop) for stream in (lines, given))
             skipped = todo.start
         windows = read_windows(lines, companion, given, full=is_a_file(source))
+        first = request.line_offset + skipped
         if reference_path is None:  # the translating, and the writer of its results, chosen once
-            results = (translator.translate(w.lines, line_offset + skipped + w.first, prefixes=w.given or None)
+            results = (engine.translate(facts.encode(w.lines, request.target_lang), request,
+                                        range(first + w.first, first + w.first + len(w.lines)), w.given or None)
                        for w in windows)
-            writer = search_writer(output_format, tokenizer, decode.nbest > 1, alignment)
+            writer = search_writer(request.format, facts.tokenizer, request.nbest > 1, request.alignment)
         else:
-            results = (translator.forced_scores(w.lines, w.given) for w in windows)
-            writer = score_writer(output_format, tokenizer)
-        write_lines(results, writer, sink, (lambda: log(f"\r{translator.stats.summary()}")) if show_progress else None)
+            results = (engine.score(w.lines, w.given, request) for w in windows)
+            writer = score_writer(request.format, facts.tokenizer)
+        write_lines(results, writer, sink, (lambda: log(f"\r{engine.stats.summary()}")) if show_progress else None)
         if shard_output is not None:
             shard_output.finish()
-    report(translator, log, show_progress)
-    return translator.stats
+    report(engine.stats, facts.limits.max_positions, engine.provenance(), log, show_progress)
+    return engine.stats
 
 
 def check_choice(flag: str, value: str, allowed: object) -> None:
@@ -278,41 +257,31 @@ def check_choice(flag: str, value: str, allowed: object) -> None:
         raise MtxError(f"{flag} {value!r} is not one of {', '.join(choices)}.")
 
 
-def check_files(input_path: Path | None, output_path: Path | None, line_offset: int) -> None:
-    """The input is a file (or standard input) that the output would not overwrite; `line_offset` is an index."""
+def check_files(input_path: Path | None, output_path: Path | None) -> None:
+    """The input is a file (or standard input) that the output would not overwrite."""
     if input_path is not None and not input_path.is_file():
         raise MtxError(f"Input file {input_path} does not exist: pass a text file with one sentence per line.")
     if input_path is not None and output_path is not None and output_path.resolve() == input_path.resolve():
         raise MtxError(f"-o {output_path} is also the input file: writing it would destroy the input.")
-    if line_offset < 0:
-        raise MtxError(f"--line-offset {line_offset} must be ≥ 0: the index of the input's first line in the file "
-                       "it was cut from.")
 
 
 @contextlib.contextmanager
-def claim_shard(shard: Shard, checkpoints: Sequence[Path], input_path: Path | None, output_path: Path | None,
-                log: Callable[[str], None], *, options: dict[str, object], line_offset: int,
-                companion: Companion | None, output_format: str, alignment: bool, alignment_layer: int | None,
-                dtype: str, errors: str) -> Iterator[ShardOutput | None]:
+def claim_shard(shard: Shard, facts: ModelFacts, input_path: Path | None, output_path: Path | None,
+                log: Callable[[str], None], *, request: Request, companion: Companion | None, dtype: str,
+                errors: str) -> Iterator[ShardOutput | None]:
     """The shard's output (mtx.decode.shards), its lock held while the context lasts, described by what makes
-    its lines: the input, the shard, the models and every option that changes an output line; None, said in the
-    log, where that output is complete already. The decoding options are those the first checkpoint's recipe and
-    `options` resolve to, read from the checkpoints' metadata, so a finished shard is recognised, or refused,
-    before any weights load. A shard needs an input file to count the lines of and an output file to resume."""
-    from mtx.decode.ensemble import read_metadata
-    from mtx.decode.limits import ModelLimits
-    from mtx.decode.request import aligning_layer
-
+    its lines: the input, the shard, the models and every option that changes an output line (the request, whose
+    engine is one); None, said in the log, where that output is complete already. The request is resolved from
+    the checkpoints' metadata, so a finished shard is recognised, or refused, before any weights load. A shard
+    needs an input file to count the lines of and an output file to resume."""
     if input_path is None or output_path is None:
         raise MtxError(f"--shard {shard} needs -i and -o files: the input's lines are counted to cut it into "
                        "shards, and the output is written so that an interrupted shard can go on.")
-    _, metadata = read_metadata(checkpoints)
-    layer = aligning_layer(alignment, alignment_layer, ModelLimits.of_checkpoints(metadata).decoder_layers)
-    description = {"shard": str(shard), "input": file_identity(input_path), "line_offset": line_offset,
-                   "models": [file_identity(path) for path in checkpoints],
+    resolved = dataclasses.replace(request, alignment_layer=request.aligning_layer(facts.limits.decoder_layers))
+    description = {"shard": str(shard), "input": file_identity(input_path),
+                   "models": [file_identity(path) for path in facts.checkpoints],
                    "companion": None if companion is None else [companion.flag, file_identity(companion.path)],
-                   "decode": dataclasses.asdict(DecodeConfig.of_checkpoint(metadata[0], **options)),
-                   "format": output_format, "alignment_layer": layer, "dtype": dtype, "errors": errors}
+                   "request": dataclasses.asdict(resolved), "dtype": dtype, "errors": errors}
     with ShardOutput(output_path, description) as output:
         if (old := output.lock.replaced_stale) is not None:
             log(f"shard {shard}: took over the lock of a stopped process (host {old.get('host')}, pid "
@@ -335,6 +304,13 @@ def resume_shard(shard: Shard, output: ShardOutput, input_path: Path, log: Calla
     resumed = f", from line {span.start + written + 1:,} ({written:,} already in {output.partial})" if written else ""
     log(f"shard {shard}: lines {span.start + 1:,}–{span.stop:,} of {input_path}{resumed}\n")
     return sink, range(span.start + written, span.stop)
+
+
+def torch_threads() -> int:
+    """The CPU threads an engine may use: --threads as `set_threads` gave it to PyTorch, or PyTorch's own count."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 def set_threads(threads: int | None) -> None:
@@ -362,7 +338,7 @@ class Companion:
 
 
 def companion_file(input_path: Path | None, prefix_path: Path | None, reference_path: Path | None,
-                   options: dict[str, object], alignment: bool) -> Companion | None:
+                   request: Request) -> Companion | None:
     """The --prefix or --score-reference file, once the flags are known to agree; line counts are compared
     before any decoding where the input is a file (standard input is checked as it is read)."""
     from mtx.data.corpora import count_lines
@@ -370,8 +346,8 @@ def companion_file(input_path: Path | None, prefix_path: Path | None, reference_
     if prefix_path is not None and reference_path is not None:
         raise MtxError("--prefix and --score-reference do not go together: a given translation is scored whole.")
     if reference_path is not None:
-        contradicting = [flag for flag, on in (("--sampling", options.get("sampling")), ("--alignment", alignment),
-                                               ("--nbest", options.get("nbest", 1) != 1)) if on]
+        contradicting = [flag for flag, on in (("--sampling", request.sampling), ("--alignment", request.alignment),
+                                               ("--nbest", request.nbest != 1)) if on]
         if contradicting:
             raise MtxError(f"--score-reference scores the given translations and searches for none: "
                            f"{', '.join(contradicting)} do not apply to it.")
@@ -497,18 +473,19 @@ def write_lines(results: Iterable[Sequence[Any]], writer: SearchWriter | ScoreWr
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def report(translator: Translator, log: Callable[[str], None], after_progress: bool) -> None:
-    """What the run did, on standard error: the count of truncated sources, if any, and the summary line
-    (`after_progress`: on a line of its own, below the progress line)."""
-    stats = translator.stats
+def report(stats: TranslationStats, max_positions: int, provenance: dict[str, str], log: Callable[[str], None],
+           after_progress: bool) -> None:
+    """What the run did, on standard error: the count of truncated sources, if any, and the summary line with what
+    computed it (`after_progress`: on a line of its own, below the progress line)."""
     if after_progress:
         log("\n")
     if stats.truncated:
-        log(f"warning: {stats.truncated:,} sentences were longer than the model's {translator.max_positions} "
-            f"positions and were truncated to their first {translator.max_positions - 1} tokens; split such "
+        log(f"warning: {stats.truncated:,} sentences were longer than the model's {max_positions} "
+            f"positions and were truncated to their first {max_positions - 1} tokens; split such "
             "lines to translate them whole.\n")
     if stats.too_long_to_score:
         log(f"warning: {stats.too_long_to_score:,} lines had a source or translation longer than the model's "
-            f"{translator.max_positions} positions and were not scored (score nan; jsonl: null, flag "
+            f"{max_positions} positions and were not scored (score nan; jsonl: null, flag "
             "too_long_to_score).\n")
-    log(f"translated {stats.summary()}\n")
+    made_by = ", ".join(f"{key} {value}" for key, value in provenance.items())
+    log(f"translated {stats.summary()} ({made_by})\n")

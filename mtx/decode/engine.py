@@ -20,12 +20,13 @@ torch and no CTranslate2: the server's process checks requests against `ModelFac
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from mtx.config.decode import EngineName
 from mtx.decode.translation import Scored, Source, Translation, TranslationStats
+from mtx.errors import MtxError
 
 if TYPE_CHECKING:
     from mtx.decode.facts import ModelFacts
@@ -45,6 +46,7 @@ class Engine(Protocol):
     facts: ModelFacts
     stats: TranslationStats  # what every call so far did, counted together
     name: EngineName
+    parallelism: int  # the calls worth making at once (a server's feeding threads): its workers, or translators
 
     def refusal(self, request: Request) -> tuple[str, str] | None:
         """The first field of `request` this engine cannot honour exactly, as (field, why); None: it can."""
@@ -87,12 +89,26 @@ def cpu_instructions() -> str:
     return platform.machine()
 
 
+def refusal(request: Request, facts: ModelFacts, given: Collection[str] = ()) -> tuple[str, str] | None:
+    """The first field of `request` its engine (`request.engine`) cannot honour exactly, as (field, message naming
+    it); None where it can. Checked from the request and the checkpoints' metadata, before anything loads."""
+    if request.engine == "ct2":
+        from mtx.decode.ct2_capabilities import ct2_refusal
+
+        return ct2_refusal(request, facts, given)
+    return None
+
+
 def open_engine(name: EngineName, checkpoints: Sequence[Path], *, device: str, dtype: Dtype, threads: int,
-                batch_tokens: int, log: Callable[[str], None], in_process: bool = True) -> Engine:
+                batch_tokens: int, log: Callable[[str], None], in_process: bool = True,
+                events: Callable[..., None] | None = None) -> Engine:
     """The engine `name` over the checkpoints (several: an ensemble), loaded and ready for requests.
 
-    `threads`: the CPU threads it may use; `in_process`: whether this process may hold the model (a server's
-    process holds none: only its workers do)."""
+    `threads`: the CPU threads it may use; `log`: where it says what it does (a conversion); `in_process`: whether
+    this process may hold the model (a server's process holds none: only its workers do); `events`: the log of
+    its workers' deaths and restarts (the server's JSON lines), as keyword arguments."""
+    if batch_tokens < 1:
+        raise MtxError(f"--batch-tokens {batch_tokens} must be at least 1.")
     if name == "ct2":
         from mtx.decode.ct2_engine import open_ct2_engine
 
@@ -101,4 +117,4 @@ def open_engine(name: EngineName, checkpoints: Sequence[Path], *, device: str, d
     from mtx.decode.torch_engine import open_torch_engine
 
     return open_torch_engine(checkpoints, device=device, dtype=dtype, threads=threads, batch_tokens=batch_tokens,
-                             in_process=in_process)
+                             in_process=in_process, **({"log": events} if events is not None else {}))

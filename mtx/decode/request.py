@@ -6,7 +6,7 @@ its fields alone come `mtx translate`'s flags (mtx.decode.command), the server's
 every field but those a process fixes once, `PER_PROCESS`) and, for its `DecodeConfig` part, the recipe's keys.
 So a new option is one field here or there, plus its use in the search (or in the CTranslate2 capability table).
 
-Its rules are written once, in `Request.first_problem`: those between fields (DecodeConfig's), those against the
+Its rules are written once, in `Request.problem_with`: those between fields (DecodeConfig's), those against the
 model (`ModelFacts`: its vocabulary, decoder layers, lexical table and target languages), each phrased in the
 spelling of the place the value came from: a flag (`--beam 0`), a request's field (`beam = 0`).
 """
@@ -67,13 +67,13 @@ class Request(DecodeConfig):
         engine that does not have them for free (CTranslate2) computes only then."""
         return self.format == "jsonl"
 
-    def first_problem(self, facts: ModelFacts, spell: Callable[[str], str] = flag_name, separator: str = " ",
-                      given: Collection[str] = ()) -> tuple[str, str] | None:
+    def problem_with(self, facts: ModelFacts, spell: Callable[[str], str] = flag_name, separator: str = " ",
+                     given: Collection[str] = ()) -> tuple[str, str] | None:
         """The first value that cannot be honoured with this model, as (its field's name, a message naming the
         field as `spell` writes names); None if every value is fine. `given`: the fields the user chose, on top of
         the recipe's (DecodeConfig.first_problem)."""
-        problem = super().first_problem(spell, separator, facts.limits.vocab_size, given, facts.lexicon_width,
-                                        facts.targets.languages)
+        problem = self.first_problem(spell, separator, facts.limits.vocab_size, given, facts.lexicon_width,
+                                     facts.targets.languages)
         if problem is not None:
             return problem
         try:
@@ -83,8 +83,8 @@ class Request(DecodeConfig):
         return None
 
     def check(self, facts: ModelFacts, given: Collection[str] = ()) -> None:
-        """`first_problem` as an MtxError naming the flag: what `mtx translate` and the other commands raise."""
-        problem = self.first_problem(facts, given=given)
+        """`problem_with` as an MtxError naming the flag: what `mtx translate` and the other commands raise."""
+        problem = self.problem_with(facts, given=given)
         if problem is not None:
             raise MtxError(problem[1])
 

@@ -1,14 +1,15 @@
-"""The translator: normalised sentences in, n-best lists out, in the order given.
+"""The translator: mtx's search over one request, in this process: sentences in, n-best lists out, in order.
 
 `Translator` encodes the sentences, sorts them by length and packs them into batches of similar length, so
-padding is rare. A batch's size, kept within `batch_tokens`, is counted as training counts it: sentences × the
-longer side, EOS included, where the target side is the output length limit (mtx.data.batching.decoding_batches).
-On a CPU several batches are decoded side by side, in processes of one thread each (`batches_at_once`,
-`map_in_processes`). `prepare_model` puts
-a checkpoint's model on its device in the numeric format asked for.
+padding is rare (`plan`). A batch's size, kept within `batch_tokens`, is counted as training counts it: sentences ×
+the longer side, EOS included, where the target side is the output length limit
+(mtx.data.batching.decoding_batches). It decodes its batches one after the other; the torch engine
+(mtx.decode.torch_engine) hands batches to workers instead, where a CPU decodes several side by side, each worker
+running a Translator of its own over its one batch. `prepare_model` puts a checkpoint's model on its device in the
+numeric format asked for.
 
-`translate_sentences` (what the trainer's validation calls) and the `mtx translate` command
-(mtx.decode.command, which feeds it bounded windows of lines) share it. Asked for an `alignment_layer`, it
+`translate_sentences` (what the trainer's validation calls) and the torch engine share it. Asked for an
+`alignment_layer`, it
 also word-aligns every hypothesis it returns (mtx.decode.alignment), from the attention the search carries.
 Given several models, it searches them as one ensemble (mtx.decode.ensemble); given `decode.shortlist` and the
 checkpoint's lexical table, each sentence over its own shortlist of target tokens (mtx.decode.shortlist).
@@ -24,15 +25,9 @@ has at most floor(max_len_a · n + max_len_b) tokens before its EOS, and never m
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
-import signal
-import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,21 +41,31 @@ from mtx.decode.doubts import TRUNCATED, DoubtThresholds, doubts
 from mtx.decode.engine import Dtype
 from mtx.decode.ensemble import Ensemble, load_models
 from mtx.decode.forced import forced_scores
-from mtx.decode.lifetime import end_with_parent
 from mtx.decode.limits import ModelLimits
 from mtx.decode.request import aligning_layer
 from mtx.decode.sampling import line_indices
 from mtx.decode.search import Constraints, Hypothesis, IncrementalDecoder, LengthPenalty, Sampling, most_endings, search
 from mtx.decode.shortlist import Shortlist, ShortlistDecoder
 from mtx.decode.target_lang import TargetLanguages
-from mtx.decode.translation import Alignment, TooLongToScore, Translation, TranslationStats
+from mtx.decode.translation import Alignment, Scored, TooLongToScore, Translation, TranslationStats
 from mtx.devices import available_memory, choose_device, choose_dtype, half_precision_model
 from mtx.errors import MtxError
 from mtx.model import fast_paths, int8
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
 
-MAX_BATCHES_AT_ONCE = 8  # batches decoded side by side on a CPU, a process each holding its batch's search
+
+@dataclass
+class ScorePlan:
+    """Given translations to score: each line's result where no model is needed (None for an empty line,
+    `TooLongToScore`), and the pairs the model scores: their indices, sources (EOS included), translations' token
+    ids, and their batches (indices into those)."""
+
+    results: list[Scored]
+    todo: list[int] = field(default_factory=list)
+    sources: list[list[int]] = field(default_factory=list)
+    given: list[list[int]] = field(default_factory=list)
+    batches: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +93,7 @@ class Translator:
     # Return every hypothesis each beam search set aside (`most_endings`), not decode.nbest: those among which any
     # length penalty chooses, for choosing one (mtx.decode.lenpen_choice).
     every_ending: bool = False
+    side_by_side: int = 1  # batches of this size decoded at once, by as many workers: what memory must hold
 
     def __post_init__(self) -> None:
         if self.batch_tokens < 1:
@@ -114,10 +120,10 @@ class Translator:
         """
         return self.translate_tokens(self._encoded(sentences), first_line, prefixes)
 
-    def translate_tokens(self, token_ids: list[list[int] | None], first_line: int | Sequence[int] = 0,
-                         prefixes: list[str] | None = None) -> list[list[Translation]]:
-        """`translate` of sentences tokenised already (`encode_sentences`: None for an empty one), as a server's
-        decoding process gets them from the process that checked the request, which had to tokenise them."""
+    def translate_tokens(self, token_ids: Sequence[list[int] | None], first_line: int | Sequence[int] = 0,
+                         prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
+        """`translate` of sentences tokenised already (`encode_sentences`: None for an empty one), as the server's
+        process hands them over, having tokenised them to check their length."""
         started = time.perf_counter()
         lines = range(first_line, first_line + len(token_ids)) if isinstance(first_line, int) else first_line
         todo, sources = self._sources(token_ids)
@@ -125,15 +131,11 @@ class Translator:
         forced = self._prefixes(prefixes, todo, limits, lines)
         results: list[list[Translation]] = [[] for _ in token_ids]
         batches = decoding_batches([len(ids) for ids in sources], limits, self.batch_tokens)
-        at_once, threads_each = batches_at_once(self.device, torch.get_num_threads(), len(batches))
-        self._check_memory([(len(b), max(len(sources[j]) for j in b), max(limits[j] for j in b)) for b in batches],
-                           at_once)
-        decoded_batches = map_in_processes(
-            lambda batch: self._search_batch([sources[j] for j in batch], [limits[j] for j in batch],
-                                             [lines[todo[j]] for j in batch],
-                                             None if forced is None else [forced[j] for j in batch]),
-            batches, at_once, threads_each)
-        for batch, (nbests, alignments) in zip(batches, decoded_batches, strict=True):
+        self._check_memory([(len(b), max(len(sources[j]) for j in b), max(limits[j] for j in b)) for b in batches])
+        for batch in batches:
+            nbests, alignments = self._search_batch([sources[j] for j in batch], [limits[j] for j in batch],
+                                                    [lines[todo[j]] for j in batch],
+                                                    None if forced is None else [forced[j] for j in batch])
             # Normalised like the training targets, so no output can hold a line break or a tab, even if a
             # model emits the byte token of one.
             decoded = self.tokenizer.decode_batch([h.tokens for nbest in nbests for h in nbest])
@@ -149,8 +151,7 @@ class Translator:
         self.stats.seconds += time.perf_counter() - started
         return results
 
-    def forced_scores(self, sentences: list[str], translations: list[str]
-                      ) -> list[Translation | TooLongToScore | None]:
+    def forced_scores(self, sentences: Sequence[str], translations: Sequence[str]) -> list[Scored]:
         """Each sentence's given translation scored by the model (mtx.decode.forced): its normalised text, the
         length-normalised score that search would give it, its tokens and their log-probabilities (EOS last). An
         empty sentence gets None; an empty translation is scored too (EOS alone).
@@ -159,45 +160,48 @@ class Translator:
         counted (`stats.too_long_to_score`): a noisy corpus holds such lines, and scoring it must reach its end.
         """
         started = time.perf_counter()
+        plan = self.score_plan(sentences, translations)
+        for batch in plan.batches:
+            scored = self.score_tokens([plan.sources[j] for j in batch], [plan.given[j] for j in batch])
+            for j, translation in zip(batch, scored, strict=True):
+                plan.results[plan.todo[j]] = translation
+        self.stats.sentences += len(sentences)
+        self.stats.output_tokens += sum(len(ids) for ids in plan.given)
+        self.stats.seconds += time.perf_counter() - started
+        return plan.results
+
+    def score_plan(self, sentences: Sequence[str], translations: Sequence[str]) -> ScorePlan:
+        """The pairs to score, in batches, and the results of those that need no model (`forced_scores`)."""
         encoded = self._encoded(sentences)
         present = [i for i, ids in enumerate(encoded) if ids is not None]
         translated = self.tokenizer.encode_batch([normalize_text(translations[i]) for i in present])
-        results: list[Translation | TooLongToScore | None] = [None] * len(sentences)
-        todo: list[int] = []  # the pairs scored, and their source (EOS included) and translation tokens
-        sources: list[list[int]] = []
-        given: list[list[int]] = []
+        plan = ScorePlan([None] * len(sentences))
         for i, ids in zip(present, translated, strict=True):
             if self.holds(encoded[i]) and self.holds(ids):
-                todo.append(i)
-                sources.append([*encoded[i], EOS])
-                given.append(ids)
+                plan.todo.append(i)
+                plan.sources.append([*encoded[i], EOS])
+                plan.given.append(ids)
             else:
-                results[i] = TooLongToScore(self.tokenizer.decode(ids), ids)
+                plan.results[i] = TooLongToScore(self.tokenizer.decode(ids), ids)
                 self.stats.too_long_to_score += 1
-        batches = decoding_batches([len(ids) for ids in sources], [len(ids) for ids in given], self.batch_tokens)
-        at_once, threads_each = batches_at_once(self.device, torch.get_num_threads(), len(batches))
-        penalty = LengthPenalty.of_config(self.decode)
+        plan.batches = decoding_batches([len(ids) for ids in plan.sources], [len(ids) for ids in plan.given],
+                                        self.batch_tokens)
+        return plan
 
-        def score_batch(batch: list[int]) -> list[Hypothesis]:
-            src = padded([sources[j] for j in batch]).to(self.device)
-            targets = [given[j] for j in batch]
-            decoder = self._decoder([sources[j] for j in batch], targets, aligning=False)
-            return forced_scores(decoder, src, src == PAD, targets, penalty)
+    def score_tokens(self, sources: list[list[int]], given: list[list[int]]) -> list[Translation]:
+        """One batch of `score_plan`'s: sources with EOS, their given translations' token ids."""
+        src = padded(sources).to(self.device)
+        decoder = self._decoder(sources, given, aligning=False)
+        scored = forced_scores(decoder, src, src == PAD, given, LengthPenalty.of_config(self.decode))
+        return [Translation(self.tokenizer.decode(h.tokens), h.score, h.tokens, h.token_log_probs) for h in scored]
 
-        for batch, scored in zip(batches, map_in_processes(score_batch, batches, at_once, threads_each), strict=True):
-            for j, h in zip(batch, scored, strict=True):
-                results[todo[j]] = Translation(self.tokenizer.decode(h.tokens), h.score, h.tokens, h.token_log_probs)
-        self.stats.sentences += len(sentences)
-        self.stats.output_tokens += sum(len(ids) for ids in given)
-        self.stats.seconds += time.perf_counter() - started
-        return results
-
-    def _check_memory(self, batches: list[tuple[int, int, int]], at_once: int) -> None:
+    def _check_memory(self, batches: list[tuple[int, int, int]]) -> None:
         """Refuse, before allocating anything, a search whose state cannot fit in memory (`--beam 100000`).
 
-        `batches` holds (sentences, longest source, longest output limit) per batch; `at_once` of them are
-        decoded at once.
+        `batches` holds (sentences, longest source, longest output limit) per batch; `side_by_side` of them are
+        decoded at once, by as many workers.
         """
+        at_once = self.side_by_side
         # No batches at all when every sentence is empty (a window of blank lines): nothing to allocate.
         needed = at_once * max((self._batch_bytes(*batch) for batch in batches), default=0)
         available = available_memory(self.device)
@@ -304,67 +308,6 @@ class Translator:
             member = AligningDecoder(model, self.alignment_layer) if aligning and i == 0 else model
             members.append(member if candidates is None else ShortlistDecoder(member, model, candidates))
         return members[0] if len(members) == 1 else Ensemble(members)
-
-
-def batches_at_once(device: torch.device, threads: int, batches: int) -> tuple[int, int]:
-    """How to spend `threads` CPU threads on `batches` batches: (batches decoded at once, threads each).
-
-    Decoding is a long chain of small operations (a step of beam 4 over 32 sentences of the `small` model
-    multiplies 128-row matrices), and each parallel operation wakes the other threads and waits for them. Two
-    batches decoded side by side on one thread each (`map_in_processes`) keep both cores busy instead, and
-    decode more sentences a second than one batch at a time on two threads (bench/README.md). So a CPU decodes
-    up to `threads` batches at once, single-threaded each, and only the threads no batch needs go to the
-    batches' operations; a GPU decodes one batch at a time.
-    """
-    if device.type != "cpu" or batches <= 1:
-        return 1, threads
-    at_once = min(threads, batches, MAX_BATCHES_AT_ONCE)
-    return at_once, max(1, threads // at_once)
-
-
-_FORKING = threading.Lock()  # one `map_in_processes` at a time in a process: its forks inherit `_FORKED`
-_FORKED: list[tuple[Callable, Sequence]] = []  # the (fn, items) of the `map_in_processes` under way
-
-
-def _call_forked(index: int) -> object:
-    fn, items = _FORKED[0]
-    return fn(items[index])
-
-
-def _start_decoding_process(threads: int, parent: int) -> None:
-    """A forked decoding process: `threads` PyTorch threads, Ctrl-C left to the parent, which stops it, and an end
-    when the parent `parent` ends, even killed with SIGKILL (mtx.decode.lifetime)."""
-    end_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(threads)
-
-
-def map_in_processes(fn: Callable, items: Sequence, at_once: int, threads_each: int) -> list:
-    """[fn(item) for item in items], in order, `at_once` at a time in processes forked for this call, each with
-    `threads_each` PyTorch threads.
-
-    Processes, not threads: a decoding step is hundreds of small PyTorch operations with Python between them,
-    which holds the GIL, so threads of one process decoding batches side by side take turns at it, and gain
-    little over one (bench/README.md, "Batches side by side in processes"). Forked for each call: a forked
-    process has `fn`, the model and all they refer to as they are now (shared copy-on-write, not copied),
-    with nothing to load or pickle on the way in, and the trainer's validation changes its model between
-    calls. Only the results are pickled, on the way back. A process that dies (killed for lack of memory)
-    is an MtxError rather than a wait for ever; the processes end with this one, however it ends (killed with
-    SIGKILL too: mtx.decode.lifetime). Where a platform cannot fork, the items go one at a time.
-    """
-    if at_once <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [fn(item) for item in items]
-    with _FORKING:
-        _FORKED[:] = [(fn, items)]
-        try:
-            with ProcessPoolExecutor(at_once, mp_context=multiprocessing.get_context("fork"),
-                                     initializer=_start_decoding_process, initargs=(threads_each, os.getpid())) as pool:
-                return list(pool.map(_call_forked, range(len(items))))
-        except BrokenProcessPool as e:
-            raise MtxError(f"A decoding process died ({e}): if the system killed it for lack of memory, lower "
-                           "--threads (each process decodes a batch), --batch-tokens or --beam.") from None
-        finally:
-            _FORKED.clear()
 
 
 def translate_sentences(model: Transformer, tokenizer: Tokenizer, sentences: list[str], decode: DecodeConfig,

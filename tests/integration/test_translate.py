@@ -18,25 +18,22 @@ import torch
 from support import (
     COPY_WORDS,
     copy_task,
+    load_probe,
     split_alignments,
     translate_cli,
 )
 
 import mtx.decode.search
-import mtx.decode.translator
+import mtx.decode.torch_engine
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import DecodeConfig
 from mtx.decode.command import Companion, is_a_file, read_ahead, read_windows
 from mtx.decode.output import score_writer, search_writer
 from mtx.decode.search import Constraints, Hypothesis, LengthPenalty, search
-from mtx.decode.translator import (
-    Translation,
-    Translator,
-    batches_at_once,
-    map_in_processes,
-    prepare_model,
-    translate_sentences,
-)
+from mtx.decode.torch_engine import workers_for
+from mtx.decode.translation import Translation
+from mtx.decode.translator import Translator, prepare_model, translate_sentences
+from mtx.decode.workers import WorkerDied, WorkerPool
 from mtx.errors import MtxError
 from mtx.model.int8 import Int8Linear
 from mtx.tokenizer import EOS, PAD
@@ -188,7 +185,7 @@ def translators(monkeypatch) -> list[Translator]:
             super().__post_init__()
             made.append(self)
 
-    monkeypatch.setattr(mtx.decode.translator, "Translator", Recorded)  # translate_file imports it when called
+    monkeypatch.setattr(mtx.decode.torch_engine, "Translator", Recorded)  # the engine makes one per call
     return made
 
 
@@ -411,42 +408,34 @@ def test_read_ahead_windows_are_bounded_and_errors_come_last() -> None:
     assert got == [str(i) for i in range(10)]
 
 
-def test_batches_at_once_spread_over_cpu_threads() -> None:
+def test_workers_spread_over_cpu_threads() -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert batches_at_once(cpu, 2, 9) == (2, 1)  # two batches at a time, one thread each
-    assert batches_at_once(cpu, 2, 1) == (1, 2)  # a lone batch gets both threads
-    assert batches_at_once(cpu, 4, 3) == (3, 1)
-    assert batches_at_once(cpu, 32, 100) == (8, 4)  # at most MAX_BATCHES_AT_ONCE batches at a time
-    assert batches_at_once(cuda, 8, 100) == (1, 8)
+    assert workers_for(cpu, 2) == (2, 1)  # two batches at a time, one thread each
+    assert workers_for(cpu, 1) == (1, 1)  # one thread: no worker, batches decoded here
+    assert workers_for(cpu, 4) == (4, 1)
+    assert workers_for(cpu, 32) == (8, 4)  # at most MAX_WORKERS batches at a time
+    assert workers_for(cuda, 8) == (1, 8)
 
 
-def test_map_in_processes_keeps_order_sets_threads_and_raises() -> None:
-    """Items go to forked processes of `threads_each` threads, which see what the caller's function refers to,
-    and come back in order; an exception in a process is raised here, and a process that dies is an MtxError
-    rather than a wait for ever."""
+def test_a_worker_pool_keeps_order_sets_threads_raises_and_restarts() -> None:
+    """Calls go to workers started once (their pids the same from call to call), whose `load` set their threads,
+    and come back in order; an error in a worker is raised here with the worker's traceback as its cause, and a
+    worker that dies is a WorkerDied naming it, after which a new one answers."""
     before = torch.get_num_threads()
-    offset = 7  # seen by the forked processes, never sent to them
-
-    def work(i: int) -> tuple[int, int, int]:
-        return i * i + offset, torch.get_num_threads(), os.getpid()
-
-    results = map_in_processes(work, list(range(20)), at_once=3, threads_each=1)
-    assert [r[0] for r in results] == [i * i + 7 for i in range(20)]
-    assert {r[1] for r in results} == {1} and torch.get_num_threads() == before
-    assert os.getpid() not in {r[2] for r in results} and len({r[2] for r in results}) <= 3
-
-    def fail(i: int) -> int:
-        raise ValueError(f"item {i}")
-
-    with pytest.raises(ValueError, match="item"):
-        map_in_processes(fail, [1, 2, 3], at_once=2, threads_each=1)
-
-    def die(i: int) -> int:
-        os._exit(9)
-
-    with pytest.raises(MtxError, match="A decoding process died"):
-        map_in_processes(die, [1, 2, 3], at_once=2, threads_each=1)
-    assert map_in_processes(work, [3], at_once=1, threads_each=1) == [(16, before, os.getpid())]  # no fork for one
+    pool = WorkerPool(3, load_probe, 7)
+    try:
+        results = pool.map("work", [(i,) for i in range(20)])
+        assert [r[0] for r in results] == [i * i + 7 for i in range(20)]
+        assert {r[1] for r in results} == {1} and torch.get_num_threads() == before
+        assert {r[2] for r in results} <= set(pool.pids()) and os.getpid() not in pool.pids()
+        with pytest.raises(ValueError, match="item") as raised:
+            pool.map("fail", [(1,), (2,)])
+        assert "in decoding process" in str(raised.value.__cause__)
+        with pytest.raises(WorkerDied, match="stopped .* it was restarted: retry") as died:
+            pool.call("die", 1)
+        assert died.value.restarted and pool.call("work", 3)[0] == 16
+    finally:
+        pool.close()
 
 
 def test_batches_decoded_side_by_side_equal_one_at_a_time(trained: dict) -> None:

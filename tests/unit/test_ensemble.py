@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from support import SCRIPTED_VOCAB, ScriptedModel, prepared, recipe, scripted_decode, translate_cli
 
-import mtx.decode.translator
+import mtx.decode.torch_engine
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import DecodeConfig, ModelConfig, resolve_model
 from mtx.decode.alignment import align_rows
@@ -234,7 +234,7 @@ def test_translate_with_two_models_decodes_their_ensemble(pair: dict, monkeypatc
     alone = [translate_cli(["-m", path, *args])[1] for path in (first, second)]
     assert both != alone[0] and both != alone[1]
 
-    monkeypatch.setattr(mtx.decode.translator, "Translator", Recorded)  # translate_file imports it when called
+    monkeypatch.setattr(mtx.decode.torch_engine, "Translator", Recorded)  # the engine makes one per call
     result, _ = translate_cli(["-m", first, "-m", second, *args, "--dtype", "int8"])
     assert result.exit_code == 0
     [translator] = made

@@ -1,5 +1,6 @@
-"""mtx.decode.lifetime: the processes `map_in_processes` forks end with their parent, even one killed with
-SIGKILL (they would otherwise live on, holding the model's memory, with nobody to read what they decode)."""
+"""mtx.decode.lifetime: the decoding workers (mtx.decode.workers) end with the process that started them, even one
+killed with SIGKILL (they would otherwise live on, holding the model's memory, with nobody to read what they
+decode)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,20 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from mtx.decode.lifetime import end_with_parent
 
-# A parent that decodes, in two forked processes, two batches that take a minute: each child says its pid first,
-# in one write (print's text and its newline are two writes, which the two children's can interleave in the pipe).
-PROGRAM = """
-import os, sys, time
-from mtx.decode.translator import map_in_processes
+# A parent whose two workers each take a minute over a call: each worker says its pid first (`Probe.sleep`).
+PROGRAM = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from support import load_probe
+from mtx.decode.workers import WorkerPool
 
-def decode(item):
-    os.write(1, f"{os.getpid()}\\n".encode())
-    time.sleep(60)
-
-map_in_processes(decode, [0, 1], at_once=2, threads_each=1)
+WorkerPool(2, load_probe, 0).map("sleep", [(60,), (60,)])
 """
 
 
@@ -58,13 +57,33 @@ def test_decoding_processes_die_with_a_parent_killed_with_sigkill() -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="no fork")
-def test_a_child_whose_parent_is_already_gone_ends_at_once() -> None:
-    """The race the check after the request closes: the parent ended before the child asked to end with it."""
-    child = os.fork()
-    if child == 0:  # the child, told a parent that is not its own (as if its parent had ended and it was adopted)
-        end_with_parent(os.getppid() + 1_000_000)
-        time.sleep(10)
-        os._exit(0)  # not reached when end_with_parent ends this process, as it must
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 1
+def test_a_worker_whose_parent_is_already_gone_ends_at_once() -> None:
+    """The race the watcher closes: the parent ended before the worker began to watch it."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    reader, writer = context.Pipe(duplex=False)
+    parent = context.Process(target=start_a_worker_and_end, args=(writer,))
+    parent.start()
+    worker = reader.recv()
+    parent.join(timeout=30)
+    deadline = time.monotonic() + 10.0
+    while alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(worker)
+
+
+def start_a_worker_and_end(writer) -> None:
+    """Start a worker that waits before watching, say its pid, and end at once (os._exit: no cleanup)."""
+    import multiprocessing
+
+    worker = multiprocessing.get_context("forkserver").Process(target=watch_late, daemon=False)
+    worker.start()
+    writer.send(worker.pid)
+    os._exit(0)
+
+
+def watch_late() -> None:
+    time.sleep(1.0)  # its parent is gone by now
+    end_with_parent()
+    time.sleep(60)
