@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 # safetensors, ctranslate2 for `mtx export`), report (matplotlib for `mtx report -o`), tensorboard, serve
 # (FastAPI, uvicorn and Swagger UI's files for `mtx serve`), docs (MkDocs, for the site's strict build), langid
 # (the language identifier of data.filter.language_id).
-EXTRAS       := dev,export,report,tensorboard,serve,docs,langid
+EXTRAS       := dev,export,ct2,report,tensorboard,serve,docs,langid
 EXTRAS_STAMP := $(VENV)/.extras-installed
 
 install-extras: $(EXTRAS_STAMP)

@@ -10,13 +10,11 @@ decoder are mtx's, unchanged, so token ids are the same and decoding is lossless
 
 from __future__ import annotations
 
-import re
 import sys
 
 from tokenizers import Regex, normalizers, processors
 from tokenizers import Tokenizer as HfTokenizer
 
-from mtx.errors import MtxError
 from mtx.tokenizer import EOS, SPECIAL_TOKENS
 
 # The characters `normalize_text` removes: C0/C1 controls that are not whitespace, and the byte-order mark.
@@ -44,20 +42,3 @@ def exported_tokenizer(tokenizer_json: str) -> HfTokenizer:
     eos = SPECIAL_TOKENS[EOS]
     tokenizer.post_processor = processors.TemplateProcessing(single=f"$A {eos}", special_tokens=[(eos, EOS)])
     return tokenizer
-
-
-def token_strings(tokenizer: HfTokenizer, vocab_size: int) -> list[str]:
-    """The model's vocabulary as strings in id order, which is how CTranslate2 names tokens.
-
-    Byte-level BPE spells every byte with a printable character, and metaspace spells the space as "▁" and
-    bytes as "<0xNN>" (`normalize_text` leaves it no other whitespace to learn), so no token holds a space or a
-    line break, which CTranslate2's one-token-a-line vocabulary files could not store.
-    """
-    if tokenizer.get_vocab_size() != vocab_size:
-        raise MtxError(f"The checkpoint's tokenizer has {tokenizer.get_vocab_size():,} tokens but its model "
-                       f"{vocab_size:,} embedding rows: the checkpoint is inconsistent and cannot be exported.")
-    tokens = [tokenizer.id_to_token(i) for i in range(vocab_size)]
-    if any(token is None or re.search(r"\s", token) for token in tokens):
-        raise MtxError("The checkpoint's tokenizer has a token holding whitespace, which CTranslate2's "
-                       "vocabulary files cannot store.")
-    return tokens

@@ -25,12 +25,12 @@ from support import copy_lexicon, copy_task
 import mtx.export.hf
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.config.recipe import ModelConfig, resolve_model
+from mtx.decode.ct2_folder import INT8_WEIGHT_LEVELS, token_strings
 from mtx.decode.search import Constraints, LengthPenalty, search
 from mtx.errors import MtxError
 from mtx.export.command import export_checkpoint
-from mtx.export.ctranslate2 import INT8_WEIGHT_LEVELS
 from mtx.export.hf import TOKENIZER_CLASS, TRANSFORMERS_4_ONLY
-from mtx.export.tokenizer import exported_tokenizer, token_strings
+from mtx.export.tokenizer import exported_tokenizer
 from mtx.model.transformer import Transformer
 from mtx.score.metrics import corpus_bleu
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
