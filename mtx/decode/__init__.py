@@ -4,6 +4,9 @@
     translation    what an engine takes and returns: token ids in, n-best `Translation`s and stats out
     facts          `ModelFacts`: what a checkpoint says of itself (tokenizer, limits, defaults, table, languages)
     request        `Request`: one call's options, whose fields make the flags and HTTP fields, its rules written once
+    ct2_engine     the `ct2` engine: CTranslate2's translator over the converted checkpoint, mtx's numbers kept
+    ct2_capabilities  what CTranslate2 does with each request field, or why it refuses it (no torch, no CTranslate2)
+    ct2_folder     a checkpoint as a CTranslate2 folder (also `mtx export`'s), converted once and cached beside it
 
     search         greedy, beam and sampling search over the `IncrementalDecoder` protocol, with a length penalty,
                    target prefixes and no repeated n-grams
