@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import translate_cli
 
 from mtx.checkpoint import load_model
 from mtx.decode.ct2_folder import cache_key, cached_folder
@@ -254,3 +255,40 @@ def test_a_cache_that_cannot_be_written_is_refused_naming_it(tmp_path: Path) -> 
     (tmp_path / "a.pt.ct2").write_bytes(b"")
     with pytest.raises(MtxError, match=f"into {tmp_path}/a.pt.ct2/ beside it, but cannot write there"):
         cached_folder(checkpoint, "key", slow_converter([]))
+
+
+# `mtx translate --engine ct2`: each refusal of the table is exit 1, names its flag, and writes nothing.
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--lenpen-style", "gnmt", "--lenpen", "0.6"], "--lenpen-style gnmt"),
+    (["--sampling", "--beam", "1"], "--sampling"), (["--beam", "4", "--min-len", "2"], "--min-len 2"),
+    (["--beam", "4", "--no-repeat-ngram", "2"], "--no-repeat-ngram 2"),
+])
+def test_mtx_translate_with_ct2_refuses_each_field_naming_it_and_writes_nothing(setup: dict, tmp_path: Path,
+                                                                                flags: list[str], named: str) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("red cat\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    result, _ = translate_cli(["-m", str(setup["checkpoint"]), "-i", str(source), "-o", str(out), "--engine", "ct2",
+                               *flags])
+    assert result.exit_code == 1
+    assert f"--engine ct2 cannot honour {named}" in str(result.exception) and "--engine torch" in str(result.exception)
+    assert not out.exists()
+
+
+def test_mtx_translate_with_ct2_refuses_an_ensemble_naming_m(setup: dict, tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    result, _ = translate_cli(["-m", str(setup["checkpoint"]), "-m", str(setup["checkpoint"]), "-o", str(out),
+                               "--engine", "ct2"], stdin=b"red cat\n")
+    assert result.exit_code == 1 and "-m" in str(result.exception) and not out.exists()
+
+
+def test_mtx_translate_with_ct2_gives_torchs_greedy_lines(setup: dict, tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"{s}\n" for s in setup["held_out"]), encoding="utf-8")
+    lines = {}
+    for engine in ("ct2", "torch"):
+        result, lines[engine] = translate_cli(["-m", str(setup["checkpoint"]), "-i", str(source), "--beam", "1",
+                                               "--engine", engine])
+        assert result.exit_code == 0, result.output
+    assert lines["ct2"] == lines["torch"] and len(lines["ct2"]) == len(setup["held_out"])
