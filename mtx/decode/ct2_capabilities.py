@@ -148,6 +148,7 @@ def ct2_refusal(request: Request, facts: ModelFacts, given: Collection[str] = ()
             continue
         value = getattr(request, name)
         asked = flag_name(name) if isinstance(value, bool) else f"{flag_name(name)} {value}"
-        origin = "" if name in given else f" (the checkpoint's recipe sets decode.{name}: {value})"
+        recipe_value = str(value).lower() if isinstance(value, bool) else value  # as YAML writes it
+        origin = "" if name in given else f" (the checkpoint's recipe sets decode.{name}: {recipe_value})"
         return name, f"--engine ct2 cannot honour {asked}{origin}: {why}. --engine torch does it."
     return None
