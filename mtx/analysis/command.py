@@ -83,9 +83,13 @@ def inspect_checkpoint(checkpoint: Path, sentence: str, *, target: str | None, k
     from mtx.analysis.inspection import inspect_sentence, select_views
     from mtx.checkpoint import describe_checkpoint, load_model
     from mtx.config.recipe import DecodeConfig
+    from mtx.decode.ensemble import without_weights
+    from mtx.decode.facts import ModelFacts
+    from mtx.decode.torch_engine import engine_of_model
 
     model, tokenizer, loaded = load_model(checkpoint, "cpu")
-    inspection = inspect_sentence(model, tokenizer, DecodeConfig.of_checkpoint(loaded, nbest=1), sentence, target)
+    engine = engine_of_model(model, ModelFacts.of_metadata([checkpoint], tokenizer, [without_weights(loaded)]))
+    inspection = inspect_sentence(engine, DecodeConfig.of_checkpoint(loaded, nbest=1), sentence, target)
     views = select_views(inspection, kind, layer, head)
     if output is not None:
         write_page(output, inspection)

@@ -28,10 +28,11 @@ from torch import Tensor
 
 from mtx.analysis.head_stats import HeadStats, head_statistics, is_punctuation
 from mtx.config.recipe import DecodeConfig
+from mtx.decode.request import Request
 from mtx.decode.search import LengthPenalty
-from mtx.decode.translator import Translator
+from mtx.decode.torch_engine import TorchEngine
 from mtx.errors import MtxError
-from mtx.model.transformer import AttentionWeights, Transformer
+from mtx.model.transformer import AttentionWeights
 from mtx.tokenizer import BOS, EOS, Tokenizer, normalize_text, word_of_each_piece
 
 Kind = Literal["encoder", "decoder", "cross"]
@@ -103,14 +104,17 @@ def forced_score(logits: Tensor, tgt_out: list[int], decode: DecodeConfig) -> fl
     return float(log_prob.sum()) / LengthPenalty.of_config(decode)(float(len(tgt_out)))
 
 
-def inspect_sentence(model: Transformer, tokenizer: Tokenizer, decode: DecodeConfig, sentence: str,
-                     target: str | None = None) -> Inspection:
-    """Translate `sentence` (or take `target` as its translation, scored as the search would score it) and keep
-    every head's attention over the pair. `model` must be in eval mode."""
+def inspect_sentence(engine: TorchEngine, decode: DecodeConfig, sentence: str, target: str | None = None
+                     ) -> Inspection:
+    """Translate `sentence` with `engine`, a torch engine over one model in eval mode, in this process (or take
+    `target` as its translation, scored as the search would score it) and keep every head's attention over the
+    pair."""
+    [model], tokenizer = engine.models, engine.facts.tokenizer
     text, max_positions = normalize_text(sentence), model.cfg.max_positions
     ids = source_ids(tokenizer, text, max_positions, "sentence")
     if target is None:
-        [nbest] = Translator(model, tokenizer, dataclasses.replace(decode, nbest=1)).translate([text])
+        request = Request(**dataclasses.asdict(dataclasses.replace(decode, nbest=1)))
+        [nbest] = engine.translate([ids], request, [0])
         translation, score, tokens = nbest[0].text, nbest[0].score, list(nbest[0].tokens)
     else:
         translation, score = normalize_text(target), None

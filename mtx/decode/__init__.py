@@ -1,6 +1,9 @@
 """Decoding: checkpoints and sentences in, translations out.
 
-    engine         the one interface every translating command uses (`Engine`), and how to open one
+    engine         the one interface every translating command uses (`Engine`)
+    engines        an engine chosen by name (--engine): opened, and a request checked against its capabilities
+    torch_engine   the `torch` engine: mtx's own search, the reference, every option; batches side by side in workers
+    workers        decoding processes started once, each with its own model, given calls; restarted if they die
     translation    what an engine takes and returns: token ids in, n-best `Translation`s and stats out
     facts          `ModelFacts`: what a checkpoint says of itself (tokenizer, limits, defaults, table, languages)
     request        `Request`: one call's options, whose fields make the flags and HTTP fields, its rules written once
@@ -15,8 +18,8 @@
     limits         what a model allows a translation (vocabulary, positions, decoder layers, output length), read
                    from the models or from the checkpoints' metadata alone (the server's request checks)
     target_lang    which language a model of several target languages produces: the tag put before a source
-    translator     `Translator`: sentences in, n-best lists out, batched by length, on CPU threads or a GPU
-    lifetime       a forked decoding process ends with its parent, even one killed with SIGKILL
+    translator     `Translator`: mtx's search over one request in one process, batched by length
+    lifetime       a decoding worker ends with the process that started it, even one killed with SIGKILL
     ensemble       several models searched as one, their next-token probabilities averaged
     shortlist      each sentence searched over its own few likely target tokens (--shortlist), from the lexicon
     alignment      word alignments from one decoder layer's cross-attention, carried through the search

@@ -191,9 +191,11 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     shard of the input file, resumably (mtx.decode.shards).
     """
     from mtx.checkpoint import describe_checkpoint
-    from mtx.decode.engine import Dtype, open_engine, refusal
+    from mtx.decode.engine import Dtype
+    from mtx.decode.engines import open_engine, refusal
     from mtx.decode.facts import ModelFacts
     from mtx.decode.output import score_writer, search_writer
+    from mtx.decode.translation import TranslationStats
     from mtx.devices import DeviceName
 
     for flag, value, allowed in (("--device", device, DeviceName), ("--dtype", dtype, Dtype),

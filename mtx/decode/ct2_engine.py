@@ -219,6 +219,10 @@ class Ct2Engine:
         return {"engine": self.name, "version": f"ctranslate2 {self.version}", "compute_type": self.compute_type,
                 "device": "cpu", "cpu": cpu_instructions()}
 
+    def pids(self) -> list[int]:
+        """None: its translators are threads of this process."""
+        return []
+
     def close(self) -> None:
         self.translator.unload_model()
 

@@ -1,8 +1,9 @@
 """The decoding engine: one interface between a model and everything that translates with it.
 
 `mtx translate`, `mtx serve`, `mtx average --tune-lenpen`, distillation's sharded translation and `mtx inspect` all
-open an engine once and hand it requests (mtx.decode.request), as CTranslate2's `Translator` takes a model once and
-options per call, and eole's inference engine serves both `predict` and its server. An engine owns its model(s),
+open an engine once (mtx.decode.engines) and hand it requests (mtx.decode.request), as CTranslate2's
+`Translator` takes a model once and options per call, and eole's inference engine serves both `predict` and its
+server. An engine owns its model(s),
 their preparation (weight layout, int8) and its workers; it is told nothing about files, HTTP or recipes.
 
 Two backends sit beside this module, chosen per call (`--engine`, `decode.engine`):
@@ -20,13 +21,12 @@ torch and no CTranslate2: the server's process checks requests against `ModelFac
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from mtx.config.decode import EngineName
 from mtx.decode.translation import Scored, Source, Translation, TranslationStats
-from mtx.errors import MtxError
 
 if TYPE_CHECKING:
     from mtx.decode.facts import ModelFacts
@@ -66,6 +66,10 @@ class Engine(Protocol):
         """What made the outputs: the engine, its version, the compute type, the device and its instruction set."""
         ...
 
+    def pids(self) -> list[int]:
+        """The process ids of its workers, for a log; [] where it decodes in the caller's process."""
+        ...
+
     def close(self) -> None:
         """Stop the workers, if any; the engine takes no more calls."""
         ...
@@ -87,34 +91,3 @@ def cpu_instructions() -> str:
         if flag in flags:
             return name
     return platform.machine()
-
-
-def refusal(request: Request, facts: ModelFacts, given: Collection[str] = ()) -> tuple[str, str] | None:
-    """The first field of `request` its engine (`request.engine`) cannot honour exactly, as (field, message naming
-    it); None where it can. Checked from the request and the checkpoints' metadata, before anything loads."""
-    if request.engine == "ct2":
-        from mtx.decode.ct2_capabilities import ct2_refusal
-
-        return ct2_refusal(request, facts, given)
-    return None
-
-
-def open_engine(name: EngineName, checkpoints: Sequence[Path], *, device: str, dtype: Dtype, threads: int,
-                batch_tokens: int, log: Callable[[str], None], in_process: bool = True,
-                events: Callable[..., None] | None = None) -> Engine:
-    """The engine `name` over the checkpoints (several: an ensemble), loaded and ready for requests.
-
-    `threads`: the CPU threads it may use; `log`: where it says what it does (a conversion); `in_process`: whether
-    this process may hold the model (a server's process holds none: only its workers do); `events`: the log of
-    its workers' deaths and restarts (the server's JSON lines), as keyword arguments."""
-    if batch_tokens < 1:
-        raise MtxError(f"--batch-tokens {batch_tokens} must be at least 1.")
-    if name == "ct2":
-        from mtx.decode.ct2_engine import open_ct2_engine
-
-        return open_ct2_engine(checkpoints, device=device, dtype=dtype, threads=threads, batch_tokens=batch_tokens,
-                               log=log)
-    from mtx.decode.torch_engine import open_torch_engine
-
-    return open_torch_engine(checkpoints, device=device, dtype=dtype, threads=threads, batch_tokens=batch_tokens,
-                             in_process=in_process, **({"log": events} if events is not None else {}))

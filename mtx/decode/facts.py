@@ -62,14 +62,22 @@ class ModelFacts:
         return width_of(self.lexicon)
 
     def encode(self, sentences: Sequence[str], target_lang: str | None = None) -> list[Source]:
-        """Each sentence normalised as the training data was (`normalize_text`) and tokenised: its token ids, EOS
-        not included, or None where nothing is left (an empty line), which gets no translation. A sentence
-        without a target tag of its own gets `target_lang`'s, where the model has several."""
-        texts = self.targets.tagged([normalize_text(sentence) for sentence in sentences], target_lang)
-        encoded = iter(self.tokenizer.encode_batch([text for text in texts if text]))
-        return [next(encoded) if text else None for text in texts]
+        """`encode_sentences` with this model's tokenizer and target languages."""
+        return encode_sentences(self.tokenizer, sentences, self.targets, target_lang)
 
     def holds(self, ids: Sequence[int]) -> bool:
         """Whether the model reads these tokens whole: they and EOS fit in its positions (a target's tokens are
         fed after BOS, so they take as many positions as a source's with EOS)."""
         return len(ids) + 1 <= self.limits.max_positions
+
+
+def encode_sentences(tokenizer: Tokenizer, sentences: Sequence[str], targets: TargetLanguages | None = None,
+                     target_lang: str | None = None) -> list[Source]:
+    """Each sentence normalised as the training data was (`normalize_text`) and tokenised: its token ids, EOS not
+    included, or None where nothing is left (an empty line), which gets no translation. With the model's
+    `targets` and a `target_lang`, a sentence without a target tag of its own gets that language's."""
+    texts = [normalize_text(sentence) for sentence in sentences]
+    if targets is not None:
+        texts = targets.tagged(texts, target_lang)
+    encoded = iter(tokenizer.encode_batch([text for text in texts if text]))
+    return [next(encoded) if text else None for text in texts]

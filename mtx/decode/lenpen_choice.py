@@ -9,8 +9,8 @@ Why one search is enough: beam search ranks the hypotheses it extends by their l
 penalty only scores those that end (mtx.decode.search). A sentence is done once `beam` hypotheses have ended, so
 which ones end does not depend on α, and a search with any α picks, of these, the one of highest
 log P(Y|X) / lp(|Y|) (its early stop never changes the result). So one search that keeps every hypothesis that
-ends (`Translator.every_ending`: up to 2 · beam - 1, more than an n-best list of `beam` holds) gives, rescored,
-exactly the translations of a search with each α.
+ends (a torch engine opened with `every_ending`: up to 2 · beam - 1, more than an n-best list of `beam` holds)
+gives, rescored, exactly the translations of a search with each α.
 
 The α is the one of highest corpus BLEU (sacreBLEU's, as validation scores) in the recipe's penalty style, of
 `ALPHAS`, the α the model had, and, while the best is the largest tried, the next tenths (GNMT's penalty grows
@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtx.config.decode import MAX_LENPEN, DecodeConfig
+from mtx.decode.request import Request
 from mtx.decode.search import LengthPenalty
-from mtx.decode.translator import Translation, TranslationStats, Translator
+from mtx.decode.torch_engine import TorchEngine
+from mtx.decode.translation import Translation, TranslationStats
 from mtx.errors import MtxError
-from mtx.model.transformer import Transformer
 from mtx.score.metrics import corpus_bleu_and_ratio
-from mtx.tokenizer import Tokenizer
 
 ALPHAS = tuple(step / 10 for step in range(21))  # 0, 0.1, ..., 2: the range people tune (DecodeConfig.lenpen)
 CHUNK = 1000  # sentences translated between two reports of progress: enough for batches of similar lengths
@@ -81,23 +81,26 @@ def check_searchable(decode: DecodeConfig, where: str) -> None:
                        "the length penalty: there is no α to choose. Set decode.beam to 2 or more in the recipe.")
 
 
-def choose_lenpen(model: Transformer, tokenizer: Tokenizer, sources: Sequence[str], refs: Sequence[str],
-                  decode: DecodeConfig, batch_tokens: int = 4096, alphas: Sequence[float] = ALPHAS,
-                  progress: Callable[[TranslationStats], None] | None = None, chunk: int = CHUNK) -> LenpenChoice:
-    """The α of `alphas` and decode.lenpen (in decode.lenpen_style) under which `model` translates `sources`
-    closest to `refs` by BLEU, searching as `decode` asks (its beam and length limits) over the whole vocabulary.
-    `sources` are lines as the model reads them (a prepared data folder's valid split, target tags included).
-    `progress` is told the translation's statistics after each `chunk` sentences."""
+def choose_lenpen(engine: TorchEngine, sources: Sequence[str], refs: Sequence[str], decode: DecodeConfig,
+                  alphas: Sequence[float] = ALPHAS, progress: Callable[[TranslationStats], None] | None = None,
+                  chunk: int = CHUNK) -> LenpenChoice:
+    """The α of `alphas` and decode.lenpen (in decode.lenpen_style) under which the model of `engine` (a torch
+    engine opened with `every_ending`) translates `sources` closest to `refs` by BLEU, searching as `decode` asks
+    (its beam and length limits) over the whole vocabulary. `sources` are lines as the model reads them (a
+    prepared data folder's valid split, target tags included). `progress` is told the translation's statistics
+    after each `chunk` sentences."""
     if not sources:
         raise MtxError("There are no valid sentences to choose the length penalty on.")
+    if not engine.every_ending:
+        raise ValueError("choose_lenpen needs an engine opened with every_ending: its n-best lists are too short")
     check_searchable(decode, "The model's recipe")
-    searching = dataclasses.replace(decode, nbest=1, shortlist=0)
-    translator = Translator(model, tokenizer, searching, batch_tokens, every_ending=True)
+    searching = Request(**dataclasses.asdict(dataclasses.replace(decode, nbest=1, shortlist=0)))
     nbests: list[list[Translation]] = []
     for start in range(0, len(sources), chunk):
-        nbests += translator.translate(list(sources[start : start + chunk]))
+        lines = list(sources[start : start + chunk])
+        nbests += engine.translate(engine.facts.encode(lines), searching, range(start, start + len(lines)))
         if progress is not None:
-            progress(translator.stats)
+            progress(engine.stats)
     scores: dict[float, PenaltyScore] = {}
     trying = [*alphas, decode.lenpen]
     while trying:

@@ -26,7 +26,7 @@ from typing import Literal
 
 from mtx.data.corpora import TOO_LONG_TO_SCORE
 from mtx.decode.alignment import pharaoh
-from mtx.decode.translator import TooLongToScore, Translation
+from mtx.decode.translation import TooLongToScore, Translation
 from mtx.tokenizer import EOS, SPECIAL_TOKENS, Tokenizer
 
 ALIGNMENT_SEPARATOR = " ||| "  # between a translation and its alignment, as Moses and Marian write it

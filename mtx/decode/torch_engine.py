@@ -183,6 +183,7 @@ class TorchEngine:
         self._pool = WorkerPool(self._workers, load_in_process, self._setup, self._log)
 
     def pids(self) -> list[int]:
+        """The workers' process ids, for the log; none before the first call that needs them."""
         return [] if self._pool is None else self._pool.pids()
 
     def _count(self, stats: TranslationStats, seconds: float) -> None:

@@ -40,6 +40,7 @@ from mtx.decode.alignment import AligningDecoder, align_searched
 from mtx.decode.doubts import TRUNCATED, DoubtThresholds, doubts
 from mtx.decode.engine import Dtype
 from mtx.decode.ensemble import Ensemble, load_models
+from mtx.decode.facts import encode_sentences
 from mtx.decode.forced import forced_scores
 from mtx.decode.limits import ModelLimits
 from mtx.decode.request import aligning_layer
@@ -122,7 +123,7 @@ class Translator:
 
     def translate_tokens(self, token_ids: Sequence[list[int] | None], first_line: int | Sequence[int] = 0,
                          prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
-        """`translate` of sentences tokenised already (`encode_sentences`: None for an empty one), as the server's
+        """`translate` of sentences tokenised already (`ModelFacts.encode`: None for an empty one), as the server's
         process hands them over, having tokenised them to check their length."""
         started = time.perf_counter()
         lines = range(first_line, first_line + len(token_ids)) if isinstance(first_line, int) else first_line
@@ -367,15 +368,3 @@ def prepare_model(model: Transformer, device: torch.device, dtype: Dtype) -> Tra
         model.make_output_projection_a_module()
         fast_paths.store_weights_transposed(model)
     return model
-
-
-def encode_sentences(tokenizer: Tokenizer, sentences: Sequence[str], targets: TargetLanguages | None = None,
-                     target_lang: str | None = None) -> list[list[int] | None]:
-    """Each sentence normalised as the training data was (`normalize_text`) and tokenised: its token ids, EOS not
-    included, or None where nothing is left (an empty line), which gets no translation. With the model's
-    `targets` and a `target_lang`, a sentence without a target tag of its own gets that language's."""
-    texts = [normalize_text(sentence) for sentence in sentences]
-    if targets is not None:
-        texts = targets.tagged(texts, target_lang)
-    encoded = iter(tokenizer.encode_batch([text for text in texts if text]))
-    return [next(encoded) if text else None for text in texts]

@@ -50,9 +50,10 @@ from starlette.requests import ClientDisconnect
 from mtx import __version__
 from mtx.config.decode import SAMPLING_ONLY, DecodeConfig
 from mtx.config.fields import bounds_of
+from mtx.decode import request as requests
 from mtx.errors import first_line, is_out_of_memory
 from mtx.serve.events import log_event
-from mtx.serve.service import Limits, RequestError, RequestOptions, TranslationService
+from mtx.serve.service import Limits, RequestError, TranslationService
 
 PATHS = ("/translate", "/health", "/metrics", "/docs", "/openapi.json")  # counted by path; others as "other"
 CLIENT_CLOSED = 499  # the log's status of a request whose client left before sending it whole (nginx's)
@@ -76,8 +77,9 @@ def _wire_type(kind: Any) -> Any:
 
 
 def request_model(limits: Limits) -> type[BaseModel]:
-    """POST /translate's body on a server with these limits: `mtx translate`'s options by its names, then the
-    request's own (RequestOptions), each with its help and, in its JSON schema, its range (mtx.config.fields) and
+    """POST /translate's body on a server with these limits: a `Request`'s fields (mtx.decode.request) by their
+    names, `mtx translate`'s options, but those the server fixes for every request (`PER_PROCESS`: the engine,
+    the format); each with its help and, in its JSON schema, its range (mtx.config.fields) and
     the server's limits, so that the OpenAPI document states what the checks enforce. The checks themselves are
     the service's (`TranslationService.job`), not pydantic's, so that a refusal reads as the recipe's and the
     command's do; the model checks only types (strictly: "4" is not a beam) and unknown options."""
@@ -96,7 +98,14 @@ def request_model(limits: Limits) -> type[BaseModel]:
         description = " ".join(part for part in (f.metadata["help"], notes.get(f.name), suffix) if part)
         return kind, Field(default, description=description, json_schema_extra=schema or None)
 
-    decode_types, own_types = typing.get_type_hints(DecodeConfig), typing.get_type_hints(RequestOptions)
+    types, recipes = typing.get_type_hints(requests.Request), {f.name for f in dataclasses.fields(DecodeConfig)}
+
+    def field_of(f: dataclasses.Field) -> tuple[Any, Any]:
+        """A recipe's option is nullable (null: the recipe's); a request's own has its default."""
+        if f.name in recipes:
+            return option(f, _wire_type(types[f.name]) | None, None, "[default: the model's recipe]")
+        return option(f, _wire_type(types[f.name]), f.default)
+
     return create_model(
         "TranslateRequest",
         __config__=ConfigDict(extra="forbid", strict=True),
@@ -108,9 +117,7 @@ def request_model(limits: Limits) -> type[BaseModel]:
             "(--max-chars) and no longer in tokens than the model's positions; else 413.", examples=[[EXAMPLE]],
             json_schema_extra={"maxItems": limits.max_sentences,
                                "items": {"type": "string", "maxLength": limits.max_chars}})),
-        **{f.name: option(f, _wire_type(decode_types[f.name]) | None, None, "[default: the model's recipe]")
-           for f in dataclasses.fields(DecodeConfig)},
-        **{f.name: option(f, _wire_type(own_types[f.name]), f.default) for f in dataclasses.fields(RequestOptions)},
+        **{f.name: field_of(f) for f in dataclasses.fields(requests.Request) if f.name not in requests.PER_PROCESS},
     )
 
 

@@ -1,4 +1,4 @@
-"""Dynamic batching: the sentences of concurrent requests decoded together, by a few decoding processes.
+"""Dynamic batching: the sentences of concurrent requests decoded together, by the engine's workers.
 
 The batch decoder is what makes `mtx translate` fast, and a server that decoded each request alone would waste
 it: single-sentence requests would each cost a whole search. So requests wait in one bounded queue, and a
@@ -9,9 +9,10 @@ their clients are likely to send more. A request alone in the server is decoded 
 sight to share its batch, so a lone client's latency is the translator's. The translator then sorts the
 sentences by length and decodes them as one call; each request gets its own results back, in its order.
 
-A feeding thread of the server's process hands its batches to one decoding process (mtx.serve.decoding_process),
-through that process's `decode`. One feeding thread gathers at a time while the others wait for their decoding
-processes, so under load a batch forms while the previous one is decoded.
+A feeding thread of the server's process hands its batches to the engine (mtx.decode.engine), one thread per
+call the engine takes at once (its `parallelism`: the torch engine's workers, CTranslate2's translators). One
+feeding thread gathers at a time while the others wait for the engine, so under load a batch forms while the
+previous one is decoded.
 
 The queue is bounded in sentences: past `max_queue`, `submit` refuses at once (QueueFull, with the seconds after
 which the queue should have room), so overload never builds an unbounded backlog. `close` stops taking requests
@@ -28,13 +29,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from mtx.decode.translator import Translation
-from mtx.serve.decoding_process import BatchOptions, Source
+from mtx.decode.request import Request
+from mtx.decode.translation import Source, Translation
 from mtx.serve.metrics import Metrics
 
-# A decoding process's `decode`: a batch's sentences, each one's index for sampling's draws, and the options they
-# decode with, to their n-best lists.
-DecodeBatch = Callable[[list[Source], list[int], BatchOptions], list[list[Translation]]]
+# An engine's `translate`: a batch's sentences, the request they decode with, each one's index for sampling's
+# draws, to their n-best lists.
+DecodeBatch = Callable[[list[Source], Request, list[int]], list[list[Translation]]]
 
 
 class QueueFull(Exception):
@@ -53,21 +54,21 @@ class Draining(Exception):
 class Job:
     """One request's sentences (token ids), waiting for a feeding thread.
 
-    `options` is how they decode, handed to the decoding process (requests with equal options share batches),
+    `request` is how they decode, handed to the engine (requests with equal options share batches),
     `lines` each sentence's index for sampling's draws, and `cost` their tokens as the translator's batches count
     them. The feeding thread answers through `future`.
     """
 
     sentences: list[Source]
     lines: list[int]
-    options: BatchOptions
+    request: Request
     cost: int
     future: Future[list[list[Translation]]] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
 
 
 class Batcher:
-    """The queue and its feeding threads, one per decoding process (see the module's docstring)."""
+    """The queue and its feeding threads, one per call the engine takes at once (see the module's docstring)."""
 
     def __init__(self, decoders: Sequence[DecodeBatch], *, batch_tokens: int, max_wait: float, max_queue: int,
                  metrics: Metrics) -> None:
@@ -84,7 +85,7 @@ class Batcher:
         self._sentences_per_second = 0.0  # a moving average of the decoders' combined rate, for Retry-After
 
     def start(self) -> None:
-        """Start one feeding thread per decoding process."""
+        """Start the feeding threads, one per decoder."""
         for number, decoder in enumerate(self.decoders):
             thread = threading.Thread(target=self._work, args=(decoder,), name=f"mtx-serve-{number}", daemon=True)
             thread.start()
@@ -145,14 +146,14 @@ class Batcher:
                     return jobs
 
     def _cost_like(self, first: Job) -> int:
-        return sum(job.cost for job in self._queue if job.options == first.options)
+        return sum(job.cost for job in self._queue if job.request == first.request)
 
     def _take_like(self, first: Job) -> list[Job]:
         """Remove from the queue the oldest jobs with `first`'s options, within `batch_tokens` (`first` at
         least); those whose request gave up waiting (a cancelled future) are dropped."""
         taken, kept, cost = [], deque(), 0
         for job in self._queue:
-            if job.options == first.options and (job is first or cost + job.cost <= self.batch_tokens):
+            if job.request == first.request and (job is first or cost + job.cost <= self.batch_tokens):
                 cost += job.cost
                 taken.append(job)
             else:
@@ -168,7 +169,7 @@ class Batcher:
         started = time.monotonic()
         sentences = [sentence for job in jobs for sentence in job.sentences]
         try:
-            nbests = decoder(sentences, [line for job in jobs for line in job.lines], jobs[0].options)
+            nbests = decoder(sentences, jobs[0].request, [line for job in jobs for line in job.lines])
         except BaseException as e:  # handed to each request, which answers with it
             for job in jobs:
                 job.future.set_exception(e)

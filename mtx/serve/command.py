@@ -51,6 +51,10 @@ def serve(
     device: Annotated[str, typer.Option(metavar="auto|cpu|cuda", help="auto: cuda if there is one.")] = "auto",
     dtype: Annotated[str, typer.Option(
         metavar="auto|fp32|bf16|fp16|int8", help="As mtx translate's --dtype.")] = "auto",
+    engine: Annotated[str, typer.Option(
+        metavar="torch|ct2", help="What decodes, as mtx translate's --engine: torch, mtx's own search in decoding "
+        "processes; ct2, CTranslate2 (mtx[ct2]) in this process, which refuses by name each option it cannot honour "
+        "exactly (400).")] = "torch",
     threads: Annotated[int | None, typer.Option(
         help="CPU threads [default: one per core]. On a CPU, this many decoding processes take batches side by side, "
         "one thread each, as mtx translate --threads decodes.")] = None,
@@ -69,13 +73,15 @@ def serve(
     import torch
 
     from mtx.checkpoint import require_checkpoint_file
+    from mtx.config.decode import EngineName
     from mtx.decode.command import check_choice, set_threads
-    from mtx.decode.translator import Dtype
+    from mtx.decode.engine import Dtype
     from mtx.devices import DeviceName
     from mtx.serve.service import Limits, TranslationService
 
     check_choice("--device", device, DeviceName)
     check_choice("--dtype", dtype, Dtype)
+    check_choice("--engine", engine, EngineName)
     for path in model:
         require_checkpoint_file(path)
     set_threads(threads)
@@ -88,7 +94,7 @@ def serve(
         raise MtxError(f"--max-wait-ms ({max_wait_ms:g}) must be a finite number ≥ 0 and --timeout ({timeout:g}) a "
                        "finite number of seconds above 0.")
     limits = Limits(max_sentences=max_sentences, max_chars=max_chars, max_beam=max_beam, timeout=timeout)
-    service = TranslationService(model, device=device, dtype=dtype, threads=torch.get_num_threads(),
+    service = TranslationService(model, engine=engine, device=device, dtype=dtype, threads=torch.get_num_threads(),
                                  batch_tokens=batch_tokens, max_wait=max_wait_ms / 1000, max_queue=max_queue,
                                  limits=limits)
     run_server(service, bind(host, port), max_body=max_sentences * (max_chars * JSON_ESCAPE_BYTES + 16) + 2**16)

@@ -52,6 +52,7 @@ class Metrics:
         self.batch_sizes = Histogram(BATCH_BUCKETS)
         self.latency = Histogram(LATENCY_BUCKETS)
         self.queue_wait = Histogram(LATENCY_BUCKETS)
+        self.provenance: dict[str, str] = {}  # what decodes (`Engine.provenance`), once the engine is open
 
     def request_done(self, path: str, status: int, seconds: float | None) -> None:
         """A request answered; `seconds` its latency, for a translation request (None for the others)."""
@@ -75,6 +76,9 @@ class Metrics:
         queued_requests, queued_sentences, decoding_requests = depth
         with self._lock:
             out = [
+                "# HELP mtx_engine_info What decodes: the engine, its version, compute type, device and CPU.",
+                "# TYPE mtx_engine_info gauge",
+                *([f"mtx_engine_info{{{_labels(self.provenance)}}} 1"] if self.provenance else []),
                 "# HELP mtx_requests_total HTTP requests answered, by path and status code.",
                 "# TYPE mtx_requests_total counter",
                 *(f'mtx_requests_total{{path="{path}",code="{code}"}} {count}'
@@ -110,3 +114,10 @@ class Metrics:
 def _number(value: float) -> str:
     """A sample value as Prometheus writes it: integers without a fractional part."""
     return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _labels(values: dict[str, str]) -> str:
+    """Prometheus labels, each value escaped as its text format asks (backslash, double quote, line break)."""
+    escaped = {key: value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+               for key, value in values.items()}
+    return ",".join(f'{key}="{value}"' for key, value in escaped.items())

@@ -1,4 +1,4 @@
-"""The model behind `mtx serve`: its decoding processes started once, then each request checked, queued, answered.
+"""The model behind `mtx serve`: its engine opened once, then each request checked, queued, answered.
 
 It knows nothing of HTTP beyond the status codes its errors carry (mtx.serve.app wires it to FastAPI), so its
 rules hold whatever serves it:
@@ -8,16 +8,18 @@ rules hold whatever serves it:
 - a request holds at most `max_sentences` sentences of at most `max_chars` characters, none longer in tokens
   than the model's positions (each is tokenised once, here, and handed to the decoding process as token ids),
   and asks for a beam and an n-best list of at most `max_beam` (413, 400);
-- its own options (`RequestOptions`: alignment, alignment_layer, line_offset) are in their ranges, and
-  alignment_layer, given only with alignment, is one of the model's decoder layers (400);
+- its options are a `Request`'s fields (mtx.decode.request), but those the server fixes for every request (the
+  engine, `mtx serve --engine`; the format, JSON), checked by the request's own rules (400), then by the engine's
+  capability table: an option the engine cannot honour exactly is refused by name (400), never changed;
 - the queue has room or the request is refused at once (503 with the seconds after which to retry); a request
   not answered within `timeout` seconds gets 504, and its sentences are dropped if not yet decoded;
 - each sentence's answer holds the fields of `mtx translate --format jsonl`.
 
-Requests are checked against what the checkpoints say of themselves (`ModelLimits`: vocabulary, positions,
-decoder layers; the recipe's decoding options; the tokenizer), read without their weights: only the decoding
-processes (mtx.serve.decoding_process) hold a model, so the server's own process costs what the web stack and
-a tokenizer cost, whatever the model's size.
+Requests are checked against what the checkpoints say of themselves (`ModelFacts`: vocabulary, positions,
+decoder layers; the recipe's decoding options; the tokenizer), read without their weights. With the torch engine
+only its workers (mtx.decode.workers) hold a model, so the server's own process costs what the web stack and a
+tokenizer cost, whatever the model's size; CTranslate2's translators live in the server's process, where they
+release the GIL while they decode.
 
 The rules that one field's range cannot say (one field against another, or against the model) are also written
 as JSON Schema (`request_rules`), for the OpenAPI document: a request that document admits is one `job` takes,
@@ -29,24 +31,26 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from mtx.config.decode import SAMPLING_ONLY, DecodeConfig
-from mtx.config.fields import Bounds, bounds_problems, setting
-from mtx.decode.limits import ModelLimits
-from mtx.decode.target_lang import TargetLanguages
-from mtx.decode.translator import Dtype, encode_sentences
+from mtx.config.decode import SAMPLING_ONLY, EngineName
+from mtx.decode.engine import Dtype
+from mtx.decode.engines import open_engine
+from mtx.decode.request import Request
+from mtx.decode.translation import Source
+from mtx.decode.workers import WorkerDied
 from mtx.errors import MtxError, first_line
 from mtx.serve.batcher import Batcher, Draining, Job, QueueFull
-from mtx.serve.decoding_process import BatchOptions, DecodingProcess, DecodingProcessDied, Source
 from mtx.serve.events import log_event
 from mtx.serve.metrics import Metrics
 
-# A request's options that are the recipe's decoding fields (the others: RequestOptions).
-DECODE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecodeConfig))
+if TYPE_CHECKING:
+    from mtx.decode.engine import Engine
+    from mtx.decode.facts import ModelFacts
+
 NULL = {"type": "null"}  # JSON Schema's null: an option left unset
 
 Status = Literal["loading", "ready", "failed", "draining"]
@@ -70,41 +74,27 @@ class Limits:
     timeout: float  # seconds from arrival to answer
 
 
-@dataclass(frozen=True)
-class RequestOptions:
-    """A request's options that are not the recipe's: declared as its fields are (mtx.config.fields), so that the
-    ranges checked here are the ones the OpenAPI schema states."""
-
-    alignment: bool = setting(False, "Add each translation's word alignment: [source, target] word indices, 0-based "
-                              "(mtx translate --alignment).")
-    alignment_layer: int | None = setting(
-        None, "With alignment: the decoder layer (0-based) whose cross-attention aligns [default: mtx translate's].",
-        bounds=Bounds(0))
-    line_offset: int = setting(0, "The index of the first sentence in the text it was cut from: sampling's draws "
-                               "depend on each sentence's index.", bounds=Bounds(0))
-
-
 class TranslationService:
-    """The loaded model(s), the batcher that decodes for them, and the rules of a request."""
+    """The engine, the batcher that feeds it, and the rules of a request."""
 
-    def __init__(self, checkpoints: Sequence[Path], *, device: str, dtype: Dtype, threads: int, batch_tokens: int,
-                 max_wait: float, max_queue: int, limits: Limits) -> None:
-        self.checkpoints, self.device_name, self.dtype, self.threads = list(checkpoints), device, dtype, threads
-        self.batch_tokens, self.max_wait, self.max_queue, self.limits = batch_tokens, max_wait, max_queue, limits
+    def __init__(self, checkpoints: Sequence[Path], *, engine: EngineName, device: str, dtype: Dtype, threads: int,
+                 batch_tokens: int, max_wait: float, max_queue: int, limits: Limits,
+                 open_engine: Callable[..., Engine] = open_engine) -> None:
+        self.checkpoints, self.engine_name, self.device_name = list(checkpoints), engine, device
+        self.dtype, self.threads, self.batch_tokens = dtype, threads, batch_tokens
+        self.max_wait, self.max_queue, self.limits = max_wait, max_queue, limits
+        self.open_engine = open_engine
         self.metrics = Metrics()
         self.status: Status = "loading"
         self.failure: str | None = None
         self.batcher: Batcher | None = None
-        self.decoding_processes: list[DecodingProcess] = []
-        self.checkpoint: dict[str, Any] | None = None  # the first model's metadata, once read: its recipe's options
-        self.lexicon_width = 0  # translations per source token of the first model's lexical table (0: none)
-        self.targets: TargetLanguages | None = None  # the first model's target languages (decode.target_lang's)
-        self.model: ModelLimits | None = None  # set last by `_load`: once it is, so is all a request is checked by
+        self.engine: Engine | None = None
+        self.facts: ModelFacts | None = None  # set last by `_load`: once it is, so is all a request is checked by
 
     def load(self) -> None:
-        """Start the decoding processes, which load the models and warm up, and read the checkpoints' metadata
-        meanwhile; then the service is ready. An error (a corrupt checkpoint, a device that is not there) leaves
-        it failed, with the message in `failure`."""
+        """Open the engine (the torch engine's workers load the models and warm up) and start the batcher; then
+        the service is ready. An error (a corrupt checkpoint, a device that is not there) leaves it failed, with
+        the message in `failure`."""
         try:
             self._load()
         except Exception as e:  # a user error as it is; anything else (out of memory) by its first line
@@ -114,44 +104,34 @@ class TranslationService:
 
     def _load(self) -> None:
         from mtx.checkpoint import describe_checkpoint
-        from mtx.data.lexicon import Lexicon, width_of
-        from mtx.decode.ensemble import read_metadata
-        from mtx.decode.translator import batches_at_once
-        from mtx.devices import choose_device
 
         started = time.monotonic()
-        target = choose_device(self.device_name, "--device")
-        processes, threads_each = batches_at_once(target, self.threads, self.threads)
-        self.decoding_processes = [DecodingProcess(number, self.checkpoints, device=self.device_name,
-                                                   dtype=self.dtype, threads=threads_each,
-                                                   batch_tokens=self.batch_tokens) for number in range(processes)]
-        # Meanwhile, this process reads what the checkpoints say of themselves, which requests are checked against.
-        self.tokenizer, loaded = read_metadata(self.checkpoints)
-        self.checkpoint = loaded[0]
-        self.lexicon_width = width_of(Lexicon.of_checkpoint(self.checkpoint))
-        self.targets = TargetLanguages.of_checkpoint(self.checkpoint)
-        self.model = ModelLimits.of_checkpoints(loaded)
-        for process in self.decoding_processes:
-            process.wait_ready()
-        self.batcher = Batcher([process.decode for process in self.decoding_processes],
-                               batch_tokens=self.batch_tokens, max_wait=self.max_wait, max_queue=self.max_queue,
-                               metrics=self.metrics)
+        engine = self.open_engine(self.engine_name, self.checkpoints, device=self.device_name, dtype=self.dtype,
+                                  threads=self.threads, batch_tokens=self.batch_tokens, log=lambda text: None,
+                                  in_process=False, events=log_event)
+        self.engine, self.metrics.provenance = engine, engine.provenance()
+        self.batcher = Batcher([engine.translate] * engine.parallelism, batch_tokens=self.batch_tokens,
+                               max_wait=self.max_wait, max_queue=self.max_queue, metrics=self.metrics)
         self.batcher.start()
+        self.facts = engine.facts
         if self.status == "loading":  # not already draining
             self.status = "ready"
         log_event(event="ready", models=[f"{path}: {describe_checkpoint(checkpoint)}" for path, checkpoint in
-                                         zip(self.checkpoints, loaded, strict=True)],
-                  device=str(target), decoding_processes=processes, threads_each=threads_each,
-                  pids=[process.process.pid for process in self.decoding_processes],
+                                         zip(self.checkpoints, engine.facts.metadata, strict=True)],
+                  **engine.provenance(), decoding_processes=engine.parallelism, pids=engine.pids(),
                   seconds=round(time.monotonic() - started, 3))
+
+    @property
+    def tokenizer(self):
+        return self.facts.tokenizer
 
     def drain(self) -> None:
         """Take no more requests, answer those queued, stop the decoding processes."""
         self.status = "draining"
         if self.batcher is not None:
             self.batcher.close()
-        for process in self.decoding_processes:
-            process.stop()
+        if self.engine is not None:
+            self.engine.close()
 
     def job(self, text: list[str], options: dict[str, Any]) -> Job:
         """A request as a queued job, once every rule of the module's docstring holds (else RequestError)."""
@@ -166,48 +146,36 @@ class TranslationService:
             if len(sentence) > limits.max_chars:
                 raise RequestError(413, f"text[{index}] has {len(sentence):,} characters; this server takes at most "
                                    f"{limits.max_chars:,} per sentence (--max-chars): split it.", f"text[{index}]")
-        decode_options = {k: v for k, v in options.items() if k in DECODE_OPTIONS}
-        decode = DecodeConfig.of_checkpoint(self.checkpoint, **decode_options)
-        problem = decode.first_problem(lambda name: name, " = ", vocabulary=self.model.vocab_size,
-                                       given=decode_options, lexicon_width=self.lexicon_width,
-                                       target_languages=None if self.targets is None else self.targets.languages)
+        facts, engine = self.facts, self.engine
+        request = Request.of(facts, {**options, "engine": engine.name, "format": "jsonl"})
+        problem = request.problem_with(facts, lambda name: name, " = ", given=options)
+        if problem is None:
+            problem = engine.refusal(request)
         if problem is not None:
             raise RequestError(400, problem[1], problem[0])
         for name in ("beam", "nbest"):
-            if getattr(decode, name) > limits.max_beam:
-                raise RequestError(400, f"{name} = {getattr(decode, name)} is more than this server allows, "
+            if getattr(request, name) > limits.max_beam:
+                raise RequestError(400, f"{name} = {getattr(request, name)} is more than this server allows, "
                                    f"{limits.max_beam} (--max-beam).", name)
-        request = RequestOptions(**{k: v for k, v in options.items() if k not in DECODE_OPTIONS})
-        for name, what in bounds_problems(request):
-            raise RequestError(400, f"{name} = {getattr(request, name)!r} {what}.", name)
-        options_of_batch = BatchOptions(decode, self._alignment_layer(request))
-        sources, cost = self._sources(text, decode)
-        return Job(sources, [request.line_offset + i for i in range(len(text))], options_of_batch, cost)
+        sources, cost = self._sources(text, request)
+        lines = [request.line_offset + i for i in range(len(text))]
+        return Job(sources, lines, dataclasses.replace(request, line_offset=0), cost)  # equal requests share batches
 
-    def _sources(self, text: list[str], decode: DecodeConfig) -> tuple[list[Source], int]:
-        """Each sentence's token ids (None: empty once normalised), as the translator reads its input, and their
-        cost, counted as the translator's batches count it; a sentence longer than the model's positions is
-        refused (413), where `mtx translate` would truncate it."""
-        model, cost = self.model, 0
-        sources = encode_sentences(self.tokenizer, text, self.targets, decode.target_lang)
+    def _sources(self, text: list[str], request: Request) -> tuple[list[Source], int]:
+        """Each sentence's token ids (None: empty once normalised), as the engine reads them, and their cost,
+        counted as the engine's batches count it; a sentence longer than the model's positions is refused (413),
+        where `mtx translate` would truncate it."""
+        limits, cost = self.facts.limits, 0
+        sources = self.facts.encode(text, request.target_lang)
         for index, ids in enumerate(sources):
             if ids is None:
                 continue
-            if len(ids) + 1 > model.max_positions:
+            if len(ids) + 1 > limits.max_positions:
                 raise RequestError(413, f"text[{index}] is {len(ids):,} tokens long; the model reads at most "
-                                   f"{model.max_positions - 1:,} (its positions less EOS): split it.", f"text[{index}]")
-            cost += max(len(ids), model.output_limit(decode, len(ids))) + 1
+                                   f"{limits.max_positions - 1:,} (its positions less EOS): split it.",
+                                   f"text[{index}]")
+            cost += max(len(ids), limits.output_limit(request, len(ids))) + 1
         return sources, cost
-
-    def _alignment_layer(self, request: RequestOptions) -> int | None:
-        """The decoder layer that aligns, when the request asks for alignments (mtx translate's default layer)."""
-        from mtx.decode.request import aligning_layer
-
-        try:
-            return aligning_layer(request.alignment, request.alignment_layer, self.model.decoder_layers,
-                                  lambda name: name, " = ")
-        except MtxError as e:  # every problem `aligning_layer` finds is the field alignment_layer's
-            raise RequestError(400, str(e), "alignment_layer") from None
 
     def request_rules(self) -> dict[str, Any]:
         """`job`'s rules that no one field's range says, as JSON Schema keywords of the request's object (for its
@@ -220,9 +188,10 @@ class TranslationService:
         - shortlist at most the translations per source token of the checkpoint's lexical table (0: it has none);
         - target_lang one of the model's target languages (mtx.decode.target_lang).
         """
-        if self.model is None:
+        if self.facts is None:
             return {}
-        recipe, widest = DecodeConfig.of_checkpoint(self.checkpoint), self.limits.max_beam
+        facts = self.facts
+        recipe, widest = facts.defaults, self.limits.max_beam
         if any(unset is None and getattr(recipe, name) is not None for name, unset in SAMPLING_ONLY.items()):
             searches = []  # the recipe samples with an option that a request cannot unset (null is the recipe's)
         else:
@@ -237,10 +206,10 @@ class TranslationService:
                            ("nbest", {"type": "integer", "maximum": widest}, recipe.nbest <= widest))
         aligning = [_object(("alignment", {"const": True}, False)), _object(("alignment_layer", NULL, True))]
         return {"allOf": [{"anyOf": [*searches, sampling]}, {"anyOf": aligning},
-                          {"properties": {"alignment_layer": {"maximum": self.model.decoder_layers - 1},
-                                          "beam": {"maximum": self.model.vocab_size},
-                                          "shortlist": {"maximum": self.lexicon_width},
-                                          "target_lang": {"enum": [*self.targets.languages, None]}}}]}
+                          {"properties": {"alignment_layer": {"maximum": facts.limits.decoder_layers - 1},
+                                          "beam": {"maximum": facts.limits.vocab_size},
+                                          "shortlist": {"maximum": facts.lexicon_width},
+                                          "target_lang": {"enum": [*facts.targets.languages, None]}}}]}
 
     async def translate(self, text: list[str], options: dict[str, Any], arrived: float) -> list[dict[str, object]]:
         """The translations of a request's sentences, each as `mtx translate --format jsonl` writes a line;
@@ -263,15 +232,15 @@ class TranslationService:
         except asyncio.TimeoutError:
             raise RequestError(504, f"not translated within {self.limits.timeout:g} s (--timeout): the server is "
                                "busy, or the request asks for much; retry later or send fewer sentences.") from None
-        except DecodingProcessDied as e:
+        except WorkerDied as e:
             if not e.restarted:
                 self.failure, self.status = str(e), "failed"
                 log_event(event="failed", error=self.failure)
             raise RequestError(503, str(e), retry_after=1) from None
         except MtxError as e:
             raise RequestError(400, str(e)) from None
-        nbest, aligned = job.options.decode.nbest > 1, job.options.alignment_layer is not None
-        return [json_object(each, self.tokenizer, nbest, aligned, with_doubts=True) for each in nbests]
+        nbest, aligned = job.request.nbest > 1, job.request.alignment
+        return [json_object(each, self.facts.tokenizer, nbest, aligned, with_doubts=True) for each in nbests]
 
 
 def _object(*rules: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:

@@ -138,16 +138,20 @@ class ValidToTune:
         """`checkpoint` with the α that translates the valid split best as its recipe's decode.lenpen, and what
         choosing it found as its `lenpen_choice` (mtx.decode.lenpen_choice)."""
         from mtx.checkpoint import model_of
+        from mtx.decode.ensemble import without_weights
+        from mtx.decode.facts import ModelFacts
         from mtx.decode.lenpen_choice import choose_lenpen
+        from mtx.decode.torch_engine import engine_of_model
         from mtx.decode.translator import prepare_model
         from mtx.devices import choose_device
 
         model, tokenizer = model_of(checkpoint, "the average")
         model = prepare_model(model, choose_device(device, "--device"), "auto")
+        facts = ModelFacts.of_metadata([Path("the average")], tokenizer, [without_weights(checkpoint)])
         log(f"choosing the length penalty α ({self.decode.lenpen_style}) on the {len(self.sources):,} valid "
             f"sentences of {self.data_dir}, beam {self.decode.beam}\n")
         shown = sys.stderr.isatty()  # the progress line, as mtx translate shows it
-        choice = choose_lenpen(model, tokenizer, self.sources, self.refs, self.decode,
+        choice = choose_lenpen(engine_of_model(model, facts, every_ending=True), self.sources, self.refs, self.decode,
                                progress=(lambda stats: log(f"\r{stats.summary()}")) if shown else None)
         if shown:
             log("\n")

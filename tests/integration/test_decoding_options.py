@@ -320,7 +320,7 @@ def test_a_shortlist_is_refused_without_a_table_or_beyond_its_width(copying: dic
     (("--temperature", "-1", "--sampling"), "--temperature -1.0 must be positive"),
     (("--topk", "5"), "--topk 5 applies only with --sampling"),
     (("--sampling", "--beam", "4"), "--sampling draws each token, --beam 4 searches"),
-    (("--line-offset", "-1"), "--line-offset -1 must be ≥ 0"),
+    (("--line-offset", "-1"), "--line-offset -1 must be at least 0"),
 ])
 def test_contradicting_or_bad_sampling_options_are_refused(copying: dict, flags: tuple[str, ...],
                                                            message: str) -> None:

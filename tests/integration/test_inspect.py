@@ -24,6 +24,8 @@ from mtx.analysis.inspection import CONTINUATION, Inspection, View, inspect_sent
 from mtx.checkpoint import make_checkpoint, save_checkpoint
 from mtx.cli import app
 from mtx.config.recipe import DecodeConfig
+from mtx.decode.facts import ModelFacts
+from mtx.decode.torch_engine import engine_of_model
 from mtx.errors import MtxError
 from mtx.tokenizer import EOS
 
@@ -104,12 +106,13 @@ def trained(tmp_path_factory) -> dict:
     checkpoint = tmp_path_factory.mktemp("inspect") / "copy.pt"
     recipe = {"decode": {"beam": 1, "max_len_a": 1.0, "max_len_b": 5}}
     save_checkpoint(make_checkpoint(model, tokenizer.to_str(), recipe, 250), checkpoint)
-    return dict(model=model, tokenizer=tokenizer, held_out=held_out, checkpoint=checkpoint)
+    engine = engine_of_model(model, ModelFacts.read([checkpoint]))
+    return dict(model=model, tokenizer=tokenizer, held_out=held_out, checkpoint=checkpoint, engine=engine)
 
 
 @pytest.fixture(scope="module")
 def inspected(trained: dict) -> Inspection:
-    return inspect_sentence(trained["model"], trained["tokenizer"], DecodeConfig(beam=1), trained["held_out"][0])
+    return inspect_sentence(trained["engine"], DecodeConfig(beam=1), trained["held_out"][0])
 
 
 def test_labels_spell_the_words_as_written(trained: dict) -> None:
@@ -170,12 +173,12 @@ def test_statistics_agree_with_the_maps(inspected: Inspection) -> None:
 def test_a_given_target_is_scored_as_the_search_scores_it(trained: dict, inspected: Inspection) -> None:
     """The model's own translation given as the target gets the search's score and the same maps; another
     target gets a worse score."""
-    model, tokenizer, source = trained["model"], trained["tokenizer"], trained["held_out"][0]
-    forced = inspect_sentence(model, tokenizer, DecodeConfig(beam=1), source, target=inspected.translation)
+    engine, source = trained["engine"], trained["held_out"][0]
+    forced = inspect_sentence(engine, DecodeConfig(beam=1), source, target=inspected.translation)
     assert forced.forced and not inspected.forced
     assert forced.score == pytest.approx(inspected.score, abs=1e-4)
     torch.testing.assert_close(forced.maps["cross"], inspected.maps["cross"])
-    other = inspect_sentence(model, tokenizer, DecodeConfig(beam=1), source, target="red red red")
+    other = inspect_sentence(engine, DecodeConfig(beam=1), source, target="red red red")
     assert other.score < inspected.score - 1.0
 
 

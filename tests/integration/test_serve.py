@@ -326,16 +326,15 @@ COMPANIONS = {"topk": {"sampling": True, "beam": 1}, "topp": {"sampling": True, 
 @serving
 def test_the_openapi_document_states_each_bound_and_limit_and_the_server_keeps_them(limited: Server) -> None:
     from mtx.config.fields import bounds_of
-    from mtx.config.recipe import DecodeConfig
-    from mtx.serve.service import RequestOptions
+    from mtx.decode.request import PER_PROCESS, Request
 
     schema = request_schema(limited)
     properties = schema["properties"]
     # Each option's range is the one its field declares (mtx.config.fields), a float's open side bounded by the
     # largest finite float; beam and nbest are also capped by --max-beam, text by --max-sentences and --max-chars
     # (this server's: 16, 8 and 40).
-    types = {**typing.get_type_hints(DecodeConfig), **typing.get_type_hints(RequestOptions)}
-    for f in (*dataclasses.fields(DecodeConfig), *dataclasses.fields(RequestOptions)):
+    types = typing.get_type_hints(Request)
+    for f in (f for f in dataclasses.fields(Request) if f.name not in PER_PROCESS):
         declared = bounds_of(f).json_schema(finite=types[f.name] is float) if bounds_of(f) else {}
         if f.name in ("beam", "nbest"):
             declared["maximum"] = 16
@@ -402,10 +401,10 @@ def test_a_body_short_of_its_length_gets_408_a_client_gone_is_logged_499_and_eve
 
 
 def failing_decoding_process(connection, *arguments) -> None:
-    """A decoding process (`serve_batches`) whose translator raises on the sentence "boom": a fault that arises
+    """A decoding process (`serve_calls`) whose translator raises on the sentence "boom": a fault that arises
     inside that process. It patches the translator there, in the process it runs in."""
     from mtx.decode.translator import Translator
-    from mtx.serve.decoding_process import serve_batches
+    from mtx.decode.workers import serve_calls
 
     translate_tokens = Translator.translate_tokens
 
@@ -415,20 +414,20 @@ def failing_decoding_process(connection, *arguments) -> None:
         return translate_tokens(self, sources, *rest, **named)
 
     Translator.translate_tokens = translate_or_fail
-    serve_batches(connection, *arguments)
+    serve_calls(connection, *arguments)
 
 
 @serving
 def test_a_decoding_process_s_error_is_logged_with_its_own_traceback(start, copy_model: dict) -> None:
     folders = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]  # this file's and support's
-    program = (f"import sys; sys.path[:0] = {folders!r}; import test_serve, mtx.serve.decoding_process as process; "
-               "process.serve_batches = test_serve.failing_decoding_process; from mtx.cli import main; main()")
+    program = (f"import sys; sys.path[:0] = {folders!r}; import test_serve, mtx.decode.workers as workers; "
+               "workers.serve_calls = test_serve.failing_decoding_process; from mtx.cli import main; main()")
     server = start(python=("-c", program))
     status, _, answer = server.translate({"text": ["boom"]})
     assert status == 500 and answer == {"error": "internal error (ZeroDivisionError: boom in the decoding process)."}
     logged = server.requests_logged("/translate", 1)[0]["error"]
-    assert "in translate_or_fail" in logged and "in serve_batches" in logged  # the decoding process's frames
-    assert logged.index("in translate_or_fail") < logged.index("in decode")  # then the server's
+    assert "in translate_or_fail" in logged and "in serve_calls" in logged  # the decoding process's frames
+    assert logged.index("in translate_or_fail") < logged.index("in call")  # then the server's
     status, _, answer = server.translate({"text": copy_model["held_out"][:1]})
     assert status == 200  # the decoding process lives on
     server.assert_log_is_json_lines()
@@ -556,7 +555,7 @@ class Recording:
         self.calls: list = []
         self.delay = delay
 
-    def __call__(self, sentences: list[str], lines: list[int], options: object) -> list[list]:
+    def __call__(self, sentences: list[str], options: object, lines: list[int]) -> list[list]:
         self.calls.append((list(sentences), list(lines), options))
         time.sleep(self.delay)
         if options == "fail":
@@ -582,7 +581,6 @@ def test_the_server_process_holds_no_weights_and_tokenises_each_sentence_once(co
 
     import torch
 
-    from mtx.decode.translator import encode_sentences
     from mtx.serve.service import Limits, TranslationService
 
     def tensors() -> dict[int, torch.Tensor]:
@@ -590,7 +588,8 @@ def test_the_server_process_holds_no_weights_and_tokenises_each_sentence_once(co
         return {id(o): o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)}
 
     before = tensors()
-    service = TranslationService([copy_model["checkpoint"]], device="cpu", dtype="auto", threads=1, batch_tokens=4096,
+    service = TranslationService([copy_model["checkpoint"]], engine="torch", device="cpu", dtype="auto", threads=1,
+                                 batch_tokens=4096,
                                  max_wait=0.005, max_queue=64, limits=Limits(8, 1000, 4, 30.0))
     service.load()
     try:
@@ -599,7 +598,7 @@ def test_the_server_process_holds_no_weights_and_tokenises_each_sentence_once(co
         job = service.job(sentences, {"beam": 2})
         held = [tensor for key, tensor in tensors().items() if key not in before]
         assert sum(tensor.numel() for tensor in held) == 0
-        assert job.sentences == encode_sentences(service.tokenizer, sentences) and job.sentences[1] is None
+        assert job.sentences == service.facts.encode(sentences) and job.sentences[1] is None
         answer = service.batcher.submit(job).result(timeout=60)
         assert [len(nbest) for nbest in answer] == [1, 0, 1]
     finally:

@@ -16,7 +16,10 @@ from typer.testing import CliRunner
 from mtx.checkpoint import load_checkpoint, load_model
 from mtx.cli import app
 from mtx.config.decode import DecodeConfig
+from mtx.decode.ensemble import without_weights
+from mtx.decode.facts import ModelFacts
 from mtx.decode.lenpen_choice import choose_lenpen
+from mtx.decode.torch_engine import engine_of_model
 from mtx.errors import MtxError
 from mtx.export.model_card import model_card
 from mtx.score.metrics import corpus_bleu_and_ratio
@@ -92,9 +95,11 @@ def test_the_chosen_alpha_is_the_best_of_what_translate_and_score_give(run: Path
     assert (tmp_path / "own").read_text(encoding="utf-8").splitlines() == translations[choice["chosen"]]
 
     # The same choice through the Python API, translated in chunks that report progress.
-    model, tokenizer, _ = load_model(tuned)
+    model, tokenizer, checkpoint_of_tuned = load_model(tuned)
+    facts = ModelFacts.of_metadata([tuned], tokenizer, [without_weights(checkpoint_of_tuned)])
     reports = []
-    again = choose_lenpen(model, tokenizer, (data / "valid.en").read_text(encoding="utf-8").splitlines(), refs,
+    again = choose_lenpen(engine_of_model(model, facts, every_ending=True),
+                          (data / "valid.en").read_text(encoding="utf-8").splitlines(), refs,
                           DecodeConfig.of_checkpoint(load_checkpoint(plain_average(run, tmp_path))),
                           progress=lambda stats: reports.append(stats.sentences), chunk=16)
     assert reports == [16, 32, 40]
