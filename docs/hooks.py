@@ -9,8 +9,10 @@ cannot drift from it.
 
 A page may also hold `<!-- mtx: demo-commands -->`, replaced by the commands `make demo` runs as the Makefile
 spells them (the one place they are kept; tests/integration/test_docs.py runs them), and `<!-- mtx: model-presets -->`,
-replaced by the table of the model presets (mtx.config.model.PRESETS). The generators are plain functions of the
-code, so the tests call them directly.
+replaced by the table of the model presets (mtx.config.model.PRESETS), and `<!-- mtx: ct2-capabilities -->`,
+replaced by what CTranslate2 does with each request field or why the `ct2` engine refuses it
+(mtx.decode.ct2_capabilities.CAPABILITIES). The generators are plain functions of the code, so the tests call
+them directly.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DIAGRAMS = ROOT / "docs" / "diagrams"
 DEMO_COMMANDS = "<!-- mtx: demo-commands -->"
 MODEL_PRESETS = "<!-- mtx: model-presets -->"
+CT2_CAPABILITIES = "<!-- mtx: ct2-capabilities -->"
 
 
 # ----------------------------------------------------------------------------------------------- the command line
@@ -132,7 +135,8 @@ def openapi_document() -> dict[str, Any]:
 
     default = {name: p.default for name, p in inspect.signature(serve).parameters.items()}
     limits = Limits(**{f.name: default[f.name] for f in dataclasses.fields(Limits)})
-    service = TranslationService([], device="cpu", dtype="fp32", threads=1, batch_tokens=default["batch_tokens"],
+    service = TranslationService([], engine=default["engine"], device="cpu", dtype="fp32", threads=1,
+                                 batch_tokens=default["batch_tokens"],
                                  max_wait=default["max_wait_ms"] / 1000, max_queue=default["max_queue"], limits=limits)
     return create_app(service, on_failed_load=lambda: None).openapi()
 
@@ -258,6 +262,21 @@ def presets_table() -> str:
     return "\n".join(rows)
 
 
+def capabilities_table() -> str:
+    """The `ct2` engine's capability table as a Markdown table, a row per request field in the table's order: its
+    flag, how CTranslate2 honours it, and the values the engine refuses and why (the docstring of the row's
+    condition; the refusal itself names the field and says that `--engine torch` does it)."""
+    from mtx.config.decode import flag_name
+    from mtx.decode.ct2_capabilities import CAPABILITIES, Capability
+
+    honoured = Capability.refused  # the class's default condition: a row that refuses nothing
+    rows = ["| option | what CTranslate2 does with it | refused |", "|---|---|---|"]
+    for name, capability in CAPABILITIES.items():
+        refused = "" if capability.refused is honoured else " ".join((inspect.getdoc(capability.refused) or "").split())
+        rows.append(f"| `{flag_name(name)}` | {_cell(capability.how)} | {_cell(refused)} |")
+    return "\n".join(rows)
+
+
 # ----------------------------------------------------------------------------------------------- MkDocs' hooks
 
 
@@ -280,5 +299,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         markdown = markdown.replace(DEMO_COMMANDS, "```bash\n" + "\n".join(demo_commands()) + "\n```")
     if MODEL_PRESETS in markdown:
         markdown = markdown.replace(MODEL_PRESETS, presets_table())
+    if CT2_CAPABILITIES in markdown:
+        markdown = markdown.replace(CT2_CAPABILITIES, capabilities_table())
     return markdown
 

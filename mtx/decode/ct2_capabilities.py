@@ -68,6 +68,7 @@ class Capability:
 
 
 def _gnmt(request: Request, facts: ModelFacts) -> str | None:
+    """gnmt with α above 0: CTranslate2 has only fairseq's penalty."""
     if request.lenpen_style == "gnmt" and request.lenpen != 0:
         return "CTranslate2 divides log P(Y) by |Y|^α only, not by the paper's ((5 + |Y|) / 6)^α"
     return None
@@ -75,6 +76,8 @@ def _gnmt(request: Request, facts: ModelFacts) -> str | None:
 
 def _renormalised_with_beam(what: str) -> Condition:
     def refused(request: Request, facts: ModelFacts) -> str | None:
+        """Above 0 with a beam above 1: CTranslate2 renormalises the tokens it leaves, so its beam ranks
+        otherwise (greedy search is exact)."""
         if request.beam > 1 and getattr(request, what) > 0:
             return (f"with {flag_name('beam')} {request.beam}, CTranslate2 bans tokens before its softmax, "
                     "renormalising the others, so its beam search ranks hypotheses otherwise than mtx's (greedy "
@@ -85,6 +88,7 @@ def _renormalised_with_beam(what: str) -> Condition:
 
 
 def _sampling(request: Request, facts: ModelFacts) -> str | None:
+    """Always: CTranslate2's draws cannot be mtx's (a function of the seed and the line's index)."""
     if request.sampling:
         return ("CTranslate2 draws from its own random generator, which cannot reproduce mtx's draws (a function "
                 f"of {flag_name('seed')} and each line's index, whatever the batch)")
@@ -92,6 +96,7 @@ def _sampling(request: Request, facts: ModelFacts) -> str | None:
 
 
 def _shortlist(request: Request, facts: ModelFacts) -> str | None:
+    """Above 0: CTranslate2's vmap takes a batch's union, so a sentence's output would depend on its batch."""
     if request.shortlist:
         return ("CTranslate2's vocabulary map takes the union of a batch's shortlists, so a sentence's translation "
                 "would depend on the sentences batched with it (mozilla/translations#977)")
@@ -99,6 +104,7 @@ def _shortlist(request: Request, facts: ModelFacts) -> str | None:
 
 
 def _alignment_layer(request: Request, facts: ModelFacts) -> str | None:
+    """Any layer but the default: the folder holds the attention of the layer it was converted with."""
     layer = default_alignment_layer(facts.limits.decoder_layers)
     if request.alignment and request.alignment_layer not in (None, layer):
         return (f"CTranslate2 returns the attention of one layer, chosen when the model is converted: layer {layer}, "

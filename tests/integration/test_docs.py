@@ -131,6 +131,26 @@ def test_the_cli_reference_holds_every_command_and_option(site: Path) -> None:
 
 
 @needs_site
+def test_the_decoding_guide_says_what_the_ct2_engine_does_with_every_request_field(site: Path) -> None:
+    """The guide's table is CTranslate2's capability table as the code holds it: a row per field of a request,
+    each refusing row with its reason, so a new option or a new refusal is on the page without an edit."""
+    from mtx.config.decode import flag_name
+    from mtx.decode.request import Request
+
+    guide = (ROOT / "docs" / "guides" / "decoding.md").read_text(encoding="utf-8")
+    assert hooks().CT2_CAPABILITIES in guide
+    page = html.unescape((site / "guides" / "decoding.html").read_text(encoding="utf-8"))
+    table = re.search(r"<table>\s*<thead>\s*<tr>\s*<th>option</th>\s*<th>what CTranslate2 does with it</th>"
+                      r".*?</table>", page, flags=re.S).group(0)
+    cells = re.findall(r"<tr>\s*<td><code>(--[a-z-]+)</code></td>\s*<td>(.*?)</td>\s*<td>(.*?)</td>", table,
+                       flags=re.S)
+    assert sorted(flag for flag, _, _ in cells) == sorted(flag_name(f.name) for f in dataclasses.fields(Request))
+    refused = {flag: why for flag, _, why in cells if why.strip()}
+    assert {"--lenpen-style", "--sampling", "--shortlist", "--alignment-layer"} <= set(refused)
+    assert "fairseq" in refused["--lenpen-style"]
+
+
+@needs_site
 def test_the_http_reference_is_the_servers_own_document(site: Path) -> None:
     from mtx.config.decode import DecodeConfig
 
