@@ -10,9 +10,10 @@ result into its output line, and each window's lines are written and flushed bef
 Lines are split at b"\\n" only, as `wc -l` and `paste` count them, and every translation is one line, so the
 output has exactly the input's lines, in its order.
 
-The decoding flags (--beam, --lenpen, ...) are not written here: `with_flags_of(DecodeConfig)` makes one per
-field of the recipe's `decode:` section (mtx.config.decode), with the field's help, range and default, as
-fairseq's `gen_parser_from_dataclass` does. A new decoding option is a new field; its flag follows.
+The decoding flags (--beam, --lenpen, --engine, --alignment, --format, ...) are not written here:
+`with_flags_of(Request)` makes one per field of a request (mtx.decode.request: the recipe's `decode:` section and
+what a call wants back), with the field's help, range and default, as fairseq's `gen_parser_from_dataclass` does.
+A new decoding option is a new field; its flag follows.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NamedTuple
 
 import typer
 
-from mtx.config.decode import DecodeConfig, flag_name
+from mtx.config.decode import flag_name
 from mtx.config.fields import bounds_of
-from mtx.decode.request import Request
+from mtx.decode.request import CALL_ONLY, Request
 from mtx.decode.shards import Shard, ShardOutput, file_identity
 from mtx.errors import MtxError
 
@@ -62,7 +63,7 @@ def flags_of(config: type) -> list[inspect.Parameter]:
     named after the field (`max_len_a`: `--max-len-a`), of its type (a Literal's values as the metavar,
     `gnmt|fairseq`; a bool a bare flag), with its help, its range and its default, and defaulting to None:
     unset, so that the checkpoint's recipe decides. The range is said, not enforced by Typer: the values are
-    checked with the recipe's rules (`DecodeConfig.first_problem`), so that a refusal reads the same everywhere."""
+    checked with the request's rules (`Request.problem_with`), so that a refusal reads the same everywhere."""
     hints = typing.get_type_hints(config)
     return [_flag(f, hints[f.name]) for f in dataclasses.fields(config)]
 
@@ -74,8 +75,7 @@ def _flag(f: dataclasses.Field, kind: Any) -> inspect.Parameter:
     elif typing.get_origin(kind) in (typing.Union, types.UnionType):  # `int | None`: the None is the flag's own
         (kind,) = [arg for arg in typing.get_args(kind) if arg is not type(None)]
     rule = f" Must be {bounds.phrase(with_note=False)}." if (bounds := bounds_of(f)) is not None else ""
-    recipes = f.name in {field.name for field in dataclasses.fields(DecodeConfig)}
-    default = f"the recipe's, {_shown(f.default)}" if recipes else _shown(f.default)
+    default = _shown(f.default) if f.name in CALL_ONLY else f"the recipe's, {_shown(f.default)}"
     option = typer.Option(flag_name(f.name), metavar=metavar, show_default=False,
                           help=f"{f.metadata['help']}{rule} [default: {default}]")
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,

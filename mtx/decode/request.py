@@ -95,6 +95,10 @@ class Request(DecodeConfig):
         return aligning_layer(self.alignment, self.alignment_layer, decoder_layers, spell, separator)
 
 
+# A request's own fields, which no recipe holds: a flag left unset takes the field's default, not the recipe's.
+CALL_ONLY = frozenset(f.name for f in dataclasses.fields(Request)) - {f.name for f in dataclasses.fields(DecodeConfig)}
+
+
 def default_alignment_layer(decoder_layers: int) -> int:
     """The last decoder layer (0-based) of a decoder of one or two layers; the penultimate of a deeper one.
 

@@ -34,11 +34,12 @@ from mtx.decode.request import Request
 from mtx.decode.translation import Scored, Source, Translation, TranslationStats
 from mtx.decode.translator import ScorePlan, Translator, load_prepared
 from mtx.decode.workers import WorkerPool, _quiet
-from mtx.devices import choose_device
+from mtx.devices import choose_device, choose_dtype
 from mtx.model import int8
 from mtx.model.transformer import Transformer
 
 MAX_WORKERS = 8  # batches decoded side by side on a CPU, a worker process each holding its batch's search
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}  # as --dtype names them
 # Warm-up sentences: a short and a longer one, so that the first calls meet no first-call costs.
 WARM_UP = ["Hello.", "The old friends met again in the small town where they had grown up, and talked for hours."]
 
@@ -70,7 +71,7 @@ class TorchEngine:
         self._pool: WorkerPool | None = None
         self._starting = threading.Lock()
         self._counting = threading.Lock()
-        self.dtype = "fp32" if models is None else _dtype_name(models[0])
+        self.dtype = _dtype_name(models[0]) if models is not None else _named_dtype(setup.dtype, device)
         if models is None:  # the server's process: the workers are all there is, started now
             self._start_pool()
 
@@ -195,7 +196,14 @@ def _dtype_name(model: Transformer) -> str:
     """The numeric format a prepared model computes in, as --dtype names it."""
     if any(isinstance(module, int8.Int8Linear) for module in model.modules()):
         return "int8"
-    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[model.tgt_embed.weight.dtype]
+    return DTYPE_NAMES[model.tgt_embed.weight.dtype]
+
+
+def _named_dtype(requested: Dtype, device: torch.device) -> str:
+    """The numeric format `--dtype requested` gives on `device`, as --dtype names it (auto resolved)."""
+    if requested == "int8":
+        return "int8"
+    return DTYPE_NAMES[choose_dtype(requested, device, "--dtype")]
 
 
 def workers_for(device: torch.device, threads: int) -> tuple[int, int]:

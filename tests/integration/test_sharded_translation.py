@@ -28,7 +28,7 @@ def test_a_finished_shard_is_done_for_the_same_command_and_refused_for_another(c
     assert str(copying["checkpoint"]) not in result.stderr  # no checkpoint was loaded (each loaded one is logged)
     result, _ = translate_cli(shard_command(copying, out, "--beam", "2"))  # another teacher's options
     assert result.exit_code == 1
-    assert "out.de was made by another translation (it differs in: decode.beam 4 → 2)" in str(result.exception)
+    assert "out.de was made by another translation (it differs in: request.beam 4 → 2)" in str(result.exception)
     assert out.read_bytes() == made
 
 
