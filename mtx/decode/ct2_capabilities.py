@@ -143,18 +143,20 @@ CAPABILITIES: dict[str, Capability] = {
 }
 
 
-def ct2_refusal(request: Request, facts: ModelFacts, given: Collection[str] = ()) -> tuple[str, str] | None:
+def ct2_refusal(request: Request, facts: ModelFacts, given: Collection[str] = (),
+                spell: Callable[[str], str] = flag_name, separator: str = " ") -> tuple[str, str] | None:
     """The first field of `request` that CTranslate2 cannot honour exactly, as (field, a message naming it as
-    `mtx translate`'s flag and saying that `--engine torch` does it); None where it honours them all. `given`:
-    the fields the user set, on top of the checkpoint's recipe, so that a value that comes from the recipe is
-    said to come from there."""
+    `spell` and `separator` write a name and its value, `mtx translate`'s flag by default, and saying that the
+    torch engine does it); None where it honours them all. `given`: the fields the user set, on top of the
+    checkpoint's recipe, so that a value that comes from the recipe is said to come from there."""
     for name, capability in CAPABILITIES.items():
         why = capability.refused(request, facts)
         if why is None:
             continue
         value = getattr(request, name)
-        asked = flag_name(name) if isinstance(value, bool) else f"{flag_name(name)} {value}"
+        asked = spell(name) if isinstance(value, bool) else f"{spell(name)}{separator}{value}"
         recipe_value = str(value).lower() if isinstance(value, bool) else value  # as YAML writes it
         origin = "" if name in given else f" (the checkpoint's recipe sets decode.{name}: {recipe_value})"
-        return name, f"--engine ct2 cannot honour {asked}{origin}: {why}. --engine torch does it."
+        engine = spell("engine") + separator
+        return name, f"{engine}ct2 cannot honour {asked}{origin}: {why}. {engine}torch does it."
     return None

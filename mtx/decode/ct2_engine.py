@@ -65,11 +65,10 @@ class Ct2Engine:
         self.tokens = token_strings(_hf_tokenizer(facts), facts.limits.vocab_size)
         self.ids = {token: i for i, token in enumerate(self.tokens)}
 
-    def refusal(self, request: Request) -> tuple[str, str] | None:
-        return ct2_refusal(request, self.facts, given=())
-
     def _refuse(self, request: Request) -> None:
-        problem = self.refusal(request)
+        """A call's guard: what the callers check first (mtx.decode.engines.refusal), checked again here, as the
+        engine must never decode a request it cannot honour, whoever calls it."""
+        problem = ct2_refusal(request, self.facts)
         if problem is not None:
             raise MtxError(problem[1])
 

@@ -48,10 +48,6 @@ class Engine(Protocol):
     name: EngineName
     parallelism: int  # the calls worth making at once (a server's feeding threads): its workers, or translators
 
-    def refusal(self, request: Request) -> tuple[str, str] | None:
-        """The first field of `request` this engine cannot honour exactly, as (field, why); None: it can."""
-        ...
-
     def translate(self, sources: Sequence[Source], request: Request, lines: Sequence[int],
                   prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
         """The n-best translations of each sentence, best first; an empty sentence gets an empty list.

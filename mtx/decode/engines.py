@@ -10,20 +10,23 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from mtx.config.decode import EngineName
+from mtx.config.decode import EngineName, flag_name
 from mtx.decode.engine import Dtype, Engine
 from mtx.decode.facts import ModelFacts
 from mtx.decode.request import Request
 from mtx.errors import MtxError
 
 
-def refusal(request: Request, facts: ModelFacts, given: Collection[str] = ()) -> tuple[str, str] | None:
+def refusal(request: Request, facts: ModelFacts, given: Collection[str] = (), spell: Callable[[str], str] = flag_name,
+            separator: str = " ") -> tuple[str, str] | None:
     """The first field of `request` its engine (`request.engine`) cannot honour exactly, as (field, message naming
-    it); None where it can. Checked from the request and the checkpoints' metadata, before anything loads."""
+    it as `spell` and `separator` write a name and its value: a flag by default, a request's field for the server);
+    None where it can. Checked from the request and the checkpoints' metadata, before anything loads. `given`: the
+    fields the user set, on top of the recipe's."""
     if request.engine == "ct2":
         from mtx.decode.ct2_capabilities import ct2_refusal
 
-        return ct2_refusal(request, facts, given)
+        return ct2_refusal(request, facts, given, spell, separator)
     return None
 
 

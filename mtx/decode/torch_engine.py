@@ -80,10 +80,6 @@ class TorchEngine:
         """Calls worth making at once: one per worker."""
         return self._workers
 
-    def refusal(self, request: Request) -> tuple[str, str] | None:
-        """None: this engine honours every field."""
-        return None
-
     def translate(self, sources: Sequence[Source], request: Request, lines: Sequence[int],
                   prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
         started = time.perf_counter()

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mtx.config.decode import SAMPLING_ONLY, EngineName
 from mtx.decode.engine import Dtype
-from mtx.decode.engines import open_engine
+from mtx.decode.engines import open_engine, refusal
 from mtx.decode.request import Request
 from mtx.decode.translation import Source
 from mtx.decode.workers import WorkerDied
@@ -150,7 +150,7 @@ class TranslationService:
         request = Request.of(facts, {**options, "engine": engine.name, "format": "jsonl"})
         problem = request.problem_with(facts, lambda name: name, " = ", given=options)
         if problem is None:
-            problem = engine.refusal(request)
+            problem = refusal(request, facts, options, lambda name: name, " = ")
         if problem is not None:
             raise RequestError(400, problem[1], problem[0])
         for name in ("beam", "nbest"):

@@ -20,6 +20,7 @@ from support import translate_cli
 
 from mtx.checkpoint import load_model
 from mtx.decode.ct2_folder import cache_key, cached_folder
+from mtx.decode.engines import refusal
 from mtx.decode.facts import ModelFacts
 from mtx.decode.request import Request
 from mtx.decode.translation import TooLongToScore
@@ -163,7 +164,7 @@ def test_the_engine_refuses_what_the_table_refuses_before_any_work(setup: dict, 
     engine: Ct2Engine = setup["engine"]
     request = Request.of(engine.facts, options)
     sentences_before = engine.stats.sentences
-    problem = engine.refusal(request)
+    problem = refusal(request, engine.facts)
     assert problem is not None and problem[0] == field
     with pytest.raises(MtxError, match="--engine torch does it"):
         engine.translate(engine.facts.encode(["red cat"]), request, [0])

@@ -208,6 +208,30 @@ def test_sigterm_answers_what_is_in_flight_then_exits_0(start, copy_model: dict,
         server.request("GET", "/health")
 
 
+@serving
+def test_the_ct2_engine_keeps_the_servers_promises(start, copy_model: dict, expected: dict) -> None:
+    """`mtx serve --engine ct2`: greedy answers are `mtx translate`'s (CTranslate2's greedy float32 tokens are
+    mtx's), an option it cannot honour exactly is a 400 naming the field, never a changed meaning, /metrics and the
+    ready line name the engine, and SIGTERM drains to exit 0."""
+    pytest.importorskip("ctranslate2")
+    server = start("--engine", "ct2")
+    text = copy_model["held_out"]
+    status, _, answer = server.translate({"text": text, "beam": 1})
+    assert status == 200 and [t["text"] for t in answer["translations"]] == [t["text"] for t in expected["greedy"]]
+    assert [t["tokens"] for t in answer["translations"]] == [t["tokens"] for t in expected["greedy"]]
+    status, _, answer = server.translate({"text": text[:1], "lenpen_style": "gnmt", "lenpen": 0.6})
+    assert status == 400 and answer["field"] == "lenpen_style"
+    assert answer["error"].startswith("engine = ct2 cannot honour lenpen_style = gnmt") and "engine = torch" in answer[
+        "error"]
+    status, _, answer = server.translate({"text": text[:1], "engine": "torch"})
+    assert status == 400 and answer["field"] == "engine"  # fixed by the server: not a request's field
+    status, metrics = server.get("/metrics")
+    assert status == 200 and b'mtx_engine_info{engine="ct2"' in metrics
+    ready = [event for event in server.events() if event["event"] == "ready"][0]
+    assert ready["engine"] == "ct2" and ready["compute_type"] == "float32"
+    assert server.stop() == 0
+
+
 @pytest.fixture(scope="module")
 def limited(copy_model: dict, tmp_path_factory) -> Iterator[Server]:
     """One server with small limits, which every bad body of the parametrized test is sent to."""
