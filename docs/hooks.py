@@ -270,7 +270,7 @@ def capabilities_table() -> str:
     from mtx.decode.ct2_capabilities import CAPABILITIES, Capability
 
     honoured = Capability.refused  # the class's default condition: a row that refuses nothing
-    rows = ["| option | what CTranslate2 does with it | refused |", "|---|---|---|"]
+    rows = ["| option | what CTranslate2 does with it | refused when, and why |", "|---|---|---|"]
     for name, capability in CAPABILITIES.items():
         refused = "" if capability.refused is honoured else " ".join((inspect.getdoc(capability.refused) or "").split())
         rows.append(f"| `{flag_name(name)}` | {_cell(capability.how)} | {_cell(refused)} |")
