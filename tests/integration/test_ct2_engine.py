@@ -162,7 +162,7 @@ def test_engine_counts_truncated_sources_and_is_safe_from_several_threads(setup:
 def test_the_engine_refuses_what_the_table_refuses_before_any_work(setup: dict, options: dict, field: str) -> None:
     """(alignment_layer's refusal needs a decoder of two layers or more: tests/unit/test_ct2_capabilities.py.)"""
     engine: Ct2Engine = setup["engine"]
-    request = Request.of(engine.facts, options)
+    request = Request.of(engine.facts, {**options, "engine": "ct2"})
     sentences_before = engine.stats.sentences
     problem = refusal(request, engine.facts)
     assert problem is not None and problem[0] == field
