@@ -10,9 +10,10 @@ forces: 31 decoder steps), Marian with min_new_tokens 30 and max_new_tokens 31 w
 EOS, so its 31st token is free). Sentences/s and tokens/s (30 per sentence) are printed for:
 
   mtx fp32 / int8      `mtx.decode.search.search` on token tensors, the batches spread over the threads as
-                       `mtx translate` spreads them (`mtx.decode.translator.batches_at_once`: two batches at a time
-                       in processes of one thread each, `map_in_processes`), the model as `mtx translate` prepares it
-                       (`mtx.decode.translator.prepare_model(..., "fp32" / "int8")`)
+                       the torch engine spreads them (`mtx.decode.torch_engine.workers_for`: two batches at a time
+                       in worker processes of one thread each, started once, `mtx.decode.workers.WorkerPool`), the
+                       model as `mtx translate` prepares it (`mtx.decode.translator.prepare_model(..., "fp32" /
+                       "int8")`)
   marian fp32          `MarianMTModel.generate` (SDPA attention) holding mtx's weights, one batch at a time
   ct2 fp32 / int8      CTranslate2's Translator on mtx's weights (mtx.export.ctranslate2; compute_type float32 / int8),
                        one batch at a time on both threads (inter_threads 1, intra_threads 2)
@@ -38,6 +39,15 @@ faster layout (`.parallel`) with and without the map; Marian is left out. With a
 from the whole vocabulary's (other candidates), so only the whole vocabulary's are held to mtx's greedy output.
 Then `translate.mtx_over_ct2` lines: each mtx system's sentences/s over its CTranslate2 counterpart's (same
 precision, shortlist or not, the faster layout), the issue's bar being 1.0.
+
+`mtx translate`'s two engines, the whole command, against CTranslate2 called directly (issue 57):
+
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/translate.py --checkpoint runs/demo/average.pt \
+        --input runs/demo/data/test.en
+
+decodes the lines of --input at their natural lengths with `mtx translate --engine ct2` and `--engine torch`
+(translate_file in this process, its engine's loading left out) and with CTranslate2's Translator in both layouts,
+fp32 and int8: bench/translate_engines.py says how, and prints `translate.ct2_engine_over_direct` lines.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ import argparse
 import copy
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,14 +74,19 @@ from common import (
     token_strings,
 )
 from torch import Tensor
+from translate_engines import compare_engines
 
 from mtx.data.lexicon import Lexicon
 from mtx.data.prepared import load_manifest
+from mtx.decode.ct2_folder import convert_to_ctranslate2
 from mtx.decode.ensemble import load_models
+from mtx.decode.facts import encode_sentences
 from mtx.decode.search import Constraints, LengthPenalty, search
 from mtx.decode.shortlist import Shortlist, ShortlistDecoder
-from mtx.decode.translator import batches_at_once, encode_sentences, map_in_processes, prepare_model
-from mtx.export.ctranslate2 import convert_to_ctranslate2, write_vocabulary_map
+from mtx.decode.torch_engine import workers_for
+from mtx.decode.translator import prepare_model
+from mtx.decode.workers import WorkerPool
+from mtx.export.ctranslate2 import write_vocabulary_map
 from mtx.export.marian import marian_from_mtx
 from mtx.tokenizer import BOS, EOS, PAD
 
@@ -97,8 +113,16 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="the checkpoint's prepared data folder: its test sources")
     parser.add_argument("--shortlist", type=int, default=20, help="translations per source token (with --checkpoint)")
     parser.add_argument("--frequent", type=int, default=100, help="frequent target tokens (with --checkpoint)")
+    parser.add_argument("--input", type=Path, help="with --checkpoint: the two engines of `mtx translate` on this "
+                        "file's lines, against CTranslate2 called directly (bench/translate_engines.py)")
+    parser.add_argument("--batch-tokens", type=int, default=4096, help="with --input: mtx translate's and "
+                        "CTranslate2's batch size in tokens")
+    parser.add_argument("--max-len-a", type=float, help="with --input: the output limit's a [default: the "
+                        "checkpoint's]; 0 gives every sentence one limit")
     args = parser.parse_args()
     set_threads(args.threads)
+    if args.checkpoint is not None and args.input is not None:
+        return compare_engines(args)
     if args.checkpoint is not None:
         return compare_trained(args)
 
@@ -147,22 +171,50 @@ def length_sorted_batches(sentences: int, batch: int, vocab: int) -> Batches:
     return out
 
 
+@dataclass(frozen=True)
+class SearchSetup:
+    """What a decoding worker holds (it travels by pickle): the prepared model, its threads, the constraints."""
+
+    model: torch.nn.Module
+    threads: int
+    tokens: int
+    lenpen: float
+    shortlist: Shortlist | None
+
+
+class BatchSearch:
+    """A worker's search: `mtx.decode.search.search` on one batch, every sentence exactly `tokens` long."""
+
+    def __init__(self, setup: SearchSetup) -> None:
+        torch.set_num_threads(setup.threads)
+        self.setup = setup
+
+    @torch.inference_mode()
+    def decode(self, batch: tuple[Tensor, Tensor], beam: int) -> list[list[int]]:
+        src, src_pad = batch
+        model, tokens, shortlist = self.setup.model, self.setup.tokens, self.setup.shortlist
+        constraints = Constraints(torch.full((src.shape[0],), tokens), min_len=tokens)
+        decoder = model if shortlist is None else ShortlistDecoder(
+            model, model, shortlist.candidates([row[~pad].tolist() for row, pad in zip(src, src_pad, strict=True)]))
+        nbests = search(decoder, src, src_pad, constraints, LengthPenalty(self.setup.lenpen), beam=beam)
+        return [nbest[0].tokens for nbest in nbests]
+
+
+def load_search(setup: SearchSetup) -> BatchSearch:
+    """A decoding worker's target (mtx.decode.workers: a module-level function of a picklable setup)."""
+    return BatchSearch(setup)
+
+
 def mtx_decoder(model: torch.nn.Module, batches: Batches, args: argparse.Namespace,
                 shortlist: Shortlist | None = None) -> Decoder:
-    """`mtx.decode.search.search` on each batch, the batches spread over the threads as `mtx translate` spreads them;
-    with `shortlist`, each sentence over its own (built per batch, as the translator builds it, and timed)."""
-    at_once, threads_each = batches_at_once(torch.device("cpu"), args.threads, len(batches))
+    """`mtx.decode.search.search` on each batch, the batches spread over worker processes as the torch engine
+    spreads them (`workers_for`: a worker of one thread per thread, started once, a batch at a time); with
+    `shortlist`, each sentence over its own (built per batch, as the translator builds it, and timed)."""
+    workers, threads_each = workers_for(torch.device("cpu"), args.threads)
+    pool = WorkerPool(workers, load_search, SearchSetup(model, threads_each, args.tokens, args.lenpen, shortlist))
 
     def decode(beam: int) -> list[list[int]]:
-        def one_batch(batch: tuple[Tensor, Tensor]) -> list[list[int]]:
-            src, src_pad = batch
-            constraints = Constraints(torch.full((src.shape[0],), args.tokens), min_len=args.tokens)
-            decoder = model if shortlist is None else ShortlistDecoder(
-                model, model, shortlist.candidates([row[~pad].tolist() for row, pad in zip(src, src_pad, strict=True)]))
-            nbests = search(decoder, src, src_pad, constraints, LengthPenalty(args.lenpen), beam=beam)
-            return [nbest[0].tokens for nbest in nbests]
-
-        return [tokens for batch in map_in_processes(one_batch, batches, at_once, threads_each) for tokens in batch]
+        return [tokens for batch in pool.map("decode", [(batch, beam) for batch in batches]) for tokens in batch]
 
     return decode
 
