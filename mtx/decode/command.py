@@ -206,9 +206,9 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     facts = ModelFacts.read(checkpoints)
     request = Request.of(facts, options)
     request.check(facts, given=options)
-    if (refused := refusal(request, facts, options)) is not None:
-        raise MtxError(refused[1])
     companion = companion_file(input_path, prefix_path, reference_path, request)
+    if (refused := refusal(request, facts, options, prefixes=prefix_path is not None)) is not None:
+        raise MtxError(refused[1])
     with contextlib.ExitStack() as files:
         shard_output = None  # a shard's output, locked from before it is looked at until it is complete
         if shard is not None:

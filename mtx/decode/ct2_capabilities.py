@@ -160,3 +160,15 @@ def ct2_refusal(request: Request, facts: ModelFacts, given: Collection[str] = ()
         engine = spell("engine") + separator
         return name, f"{engine}ct2 cannot honour {asked}{origin}: {why}. {engine}torch does it."
     return None
+
+
+def ct2_prefix_refusal(request: Request) -> str | None:
+    """Why CTranslate2 cannot honour target prefixes (`--prefix`, a file rather than a field) with `request`, or
+    None: its beam search ranks by a score that leaves the prefix's log-probability out, which orders hypotheses
+    of different lengths otherwise than mtx's unless α = 0; greedy search is exact."""
+    if request.beam > 1 and request.lenpen != 0:
+        return (f"--engine ct2 cannot honour --prefix with --beam {request.beam} and --lenpen {request.lenpen}: "
+                "CTranslate2 leaves the prefix's log-probability out of the score its beam search ranks by, so it "
+                "ranks hypotheses of different lengths otherwise than mtx (greedy search, --beam 1, or --lenpen 0 is "
+                "exact). --engine torch does it.")
+    return None

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from mtx.decode.ct2_capabilities import ct2_refusal
+from mtx.decode.ct2_capabilities import ct2_prefix_refusal, ct2_refusal
 from mtx.decode.ct2_folder import converted_folder, token_strings
 from mtx.decode.doubts import TRUNCATED, doubts
 from mtx.decode.engine import Dtype, cpu_instructions
@@ -124,11 +124,8 @@ class Ct2Engine:
         where CTranslate2's beam search would rank its hypotheses otherwise than mtx's."""
         if prefixes is None or not any(prefixes):
             return None
-        if request.beam > 1 and request.lenpen != 0:
-            raise MtxError(f"--engine ct2 cannot honour --prefix with --beam {request.beam} and --lenpen "
-                           f"{request.lenpen}: CTranslate2 leaves the prefix's log-probability out of the score its "
-                           "beam search ranks by, so it ranks hypotheses of different lengths otherwise than mtx "
-                           "(greedy search, --beam 1, or --lenpen 0 is exact). --engine torch does it.")
+        if (refused := ct2_prefix_refusal(request)) is not None:
+            raise MtxError(refused)
         ids = self.facts.tokenizer.encode_batch([normalize_text(prefixes[i]) for i in todo])
         for j, (prefix, limit) in enumerate(zip(ids, limits, strict=True)):
             if len(prefix) > limit:

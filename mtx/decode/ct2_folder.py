@@ -225,7 +225,7 @@ def cached_folder(checkpoint: Path, key: str, convert: Callable[[Path], None],
                        f"({e.strerror}): make {checkpoint.parent} writable, or copy the checkpoint into a folder "
                        "you can write and translate with the copy.") from None
     try:
-        log(f"Converting {checkpoint} for CTranslate2 into {final} (once; later runs reuse it).")
+        log(f"Converting {checkpoint} for CTranslate2 into {final} (once; later runs reuse it).\n")
         convert(work)
         try:
             os.rename(work, final)

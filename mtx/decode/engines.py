@@ -18,14 +18,16 @@ from mtx.errors import MtxError
 
 
 def refusal(request: Request, facts: ModelFacts, given: Collection[str] = (), spell: Callable[[str], str] = flag_name,
-            separator: str = " ") -> tuple[str, str] | None:
+            separator: str = " ", prefixes: bool = False) -> tuple[str, str] | None:
     """The first field of `request` its engine (`request.engine`) cannot honour exactly, as (field, message naming
     it as `spell` and `separator` write a name and its value: a flag by default, a request's field for the server);
     None where it can. Checked from the request and the checkpoints' metadata, before anything loads. `given`: the
-    fields the user set, on top of the recipe's."""
+    fields the user set, on top of the recipe's; `prefixes`: the call gives target prefixes (--prefix)."""
     if request.engine == "ct2":
-        from mtx.decode.ct2_capabilities import ct2_refusal
+        from mtx.decode.ct2_capabilities import ct2_prefix_refusal, ct2_refusal
 
+        if prefixes and (refused := ct2_prefix_refusal(request)) is not None:
+            return "prefix", refused
         return ct2_refusal(request, facts, given, spell, separator)
     return None
 

@@ -52,12 +52,13 @@ def serve(
     dtype: Annotated[str, typer.Option(
         metavar="auto|fp32|bf16|fp16|int8", help="As mtx translate's --dtype.")] = "auto",
     engine: Annotated[str, typer.Option(
-        metavar="torch|ct2", help="What decodes, as mtx translate's --engine: torch, mtx's own search in decoding "
-        "processes; ct2, CTranslate2 (mtx[ct2]) in this process, which refuses by name each option it cannot honour "
-        "exactly (400).")] = "torch",
+        metavar="torch|ct2", help="What decodes, as mtx translate's --engine: torch, mtx's own search in worker "
+        "processes that hold the model; ct2, CTranslate2 (mtx[ct2]) in this process, which refuses by name each "
+        "option it cannot honour exactly (400).")] = "torch",
     threads: Annotated[int | None, typer.Option(
-        help="CPU threads [default: one per core]. On a CPU, this many decoding processes take batches side by side, "
-        "one thread each, as mtx translate --threads decodes.")] = None,
+        help="CPU threads [default: one per core]. On a CPU, the engine decodes this many batches side by side, one "
+        "thread each, as mtx translate --threads does: the torch engine's workers, CTranslate2's translators.")
+    ] = None,
 ) -> None:
     """Serve translations over HTTP (needs mtx[serve]): POST /translate, GET /health, /metrics, /docs.
 

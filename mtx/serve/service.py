@@ -116,6 +116,9 @@ class TranslationService:
         self.facts = engine.facts
         if self.status == "loading":  # not already draining
             self.status = "ready"
+        defaults = Request.of(engine.facts, {"engine": engine.name})
+        if (refused := refusal(defaults, engine.facts, (), lambda name: name, " = ")) is not None:
+            log_event(event="recipe_refused", field=refused[0], error=refused[1] + " Each request must then set it.")
         log_event(event="ready", models=[f"{path}: {describe_checkpoint(checkpoint)}" for path, checkpoint in
                                          zip(self.checkpoints, engine.facts.metadata, strict=True)],
                   **engine.provenance(), decoding_processes=engine.parallelism, pids=engine.pids(),

@@ -277,6 +277,29 @@ def test_mtx_translate_with_ct2_refuses_each_field_naming_it_and_writes_nothing(
     assert not out.exists()
 
 
+def test_mtx_translate_with_ct2_refuses_prefixes_with_a_beam_before_writing(setup: dict, tmp_path: Path) -> None:
+    source, prefixes, out = tmp_path / "in.txt", tmp_path / "prefixes.txt", tmp_path / "out.txt"
+    source.write_text("red cat\n", encoding="utf-8")
+    prefixes.write_text("red\n", encoding="utf-8")
+    result, _ = translate_cli(["-m", str(setup["checkpoint"]), "-i", str(source), "-o", str(out), "--engine", "ct2",
+                               "--prefix", str(prefixes), "--beam", "4", "--lenpen", "0.6"])
+    assert result.exit_code == 1 and "cannot honour --prefix with --beam 4" in str(result.exception)
+    assert not out.exists()
+
+
+def test_a_recipe_may_choose_the_engine(setup: dict, tmp_path: Path) -> None:
+    """decode.engine in the checkpoint's recipe chooses CTranslate2 without the flag; the summary line says so."""
+    import torch
+
+    stored = torch.load(setup["checkpoint"], weights_only=True)
+    recipe = {**stored["recipe"], "decode": {**stored["recipe"].get("decode", {}), "engine": "ct2"}}
+    chosen = tmp_path / "ct2-recipe.pt"
+    torch.save({**stored, "recipe": recipe}, chosen)
+    result, lines = translate_cli(["-m", str(chosen), "--beam", "1"], stdin=b"red cat\n")
+    assert result.exit_code == 0, result.output
+    assert "engine ct2, version ctranslate2" in result.stderr and len(lines) == 1
+
+
 def test_mtx_translate_with_ct2_refuses_an_ensemble_naming_m(setup: dict, tmp_path: Path) -> None:
     out = tmp_path / "out.txt"
     result, _ = translate_cli(["-m", str(setup["checkpoint"]), "-m", str(setup["checkpoint"]), "-o", str(out),
