@@ -92,3 +92,30 @@ def test_train_again_resumes_and_does_nothing_more(run: Path) -> None:
     assert ({p.name: p.stat().st_mtime_ns for p in checkpoints.iterdir()}, metrics.read_bytes()) == before
     said = " ".join(result.stderr.split())  # the console wraps long lines
     assert "Nothing to do: train.max_steps = 60 reached at step 60." in said, result.stderr
+
+
+def test_ct2_engine_agrees_with_torch(run: Path) -> None:
+    """`--engine ct2` decodes the trained model as `--engine torch` does (issue 57): greedy search gives the same
+    tokens for every test sentence, with the same score to float32's rounding (so the same model, not just the
+    same argmax), and beam 4 scores within 0.1 BLEU of it (a beam's ranking may break a float32 tie the other
+    way). The recipe's length penalty is fairseq's, the one CTranslate2 has."""
+    pytest.importorskip("ctranslate2")
+    from sacrebleu.metrics import BLEU
+
+    test_en, test_de = run / "runs/pipeline/data/test.en", run / "runs/pipeline/data/test.de"
+    references = [test_de.read_text(encoding="utf-8").splitlines()]
+
+    def translated(engine: str, *flags: str) -> list[str]:
+        return mtx("translate", "-m", "runs/pipeline/average.pt", "-i", str(test_en), "--engine", engine, *flags,
+                   cwd=run).stdout.splitlines()
+
+    torch_greedy, ct2_greedy = ([json.loads(line) for line in translated(engine, "--beam", "1", "--format", "jsonl")]
+                                for engine in ("torch", "ct2"))
+    assert len(torch_greedy) == len(ct2_greedy) == 40
+    assert [line["tokens"] for line in ct2_greedy] == [line["tokens"] for line in torch_greedy]
+    assert [line["text"] for line in ct2_greedy] == [line["text"] for line in torch_greedy]
+    assert [line["score"] for line in ct2_greedy] == pytest.approx([line["score"] for line in torch_greedy], abs=1e-4)
+    assert len({round(line["score"], 4) for line in torch_greedy}) > 10  # scored sentence by sentence
+    torch_bleu, ct2_bleu = (BLEU().corpus_score(translated(engine, "--beam", "4"), references).score
+                            for engine in ("torch", "ct2"))
+    assert abs(ct2_bleu - torch_bleu) <= 0.1, (torch_bleu, ct2_bleu)
