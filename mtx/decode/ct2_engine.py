@@ -34,7 +34,7 @@ from mtx.decode.ct2_capabilities import ct2_prefix_refusal, ct2_refusal
 from mtx.decode.ct2_folder import converted_folder, token_strings
 from mtx.decode.doubts import TRUNCATED, doubts
 from mtx.decode.engine import Dtype, cpu_instructions
-from mtx.decode.facts import ModelFacts
+from mtx.decode.facts import ModelFacts, encode_prefixes
 from mtx.decode.request import Request, default_alignment_layer
 from mtx.decode.translation import Scored, Source, TooLongToScore, Translation, TranslationStats
 from mtx.errors import MtxError
@@ -126,13 +126,7 @@ class Ct2Engine:
             return None
         if (refused := ct2_prefix_refusal(request)) is not None:
             raise MtxError(refused)
-        ids = self.facts.tokenizer.encode_batch([normalize_text(prefixes[i]) for i in todo])
-        for j, (prefix, limit) in enumerate(zip(ids, limits, strict=True)):
-            if len(prefix) > limit:
-                raise MtxError(f"--prefix, line {lines[todo[j]] + 1}: the prefix has {len(prefix)} tokens, more "
-                               f"than the {limit} its sentence's translation may have (--max-len-a, --max-len-b and "
-                               "the model's positions): shorten it or raise those.")
-        return ids
+        return encode_prefixes(self.facts.tokenizer, prefixes, todo, limits, lines)
 
     def _log_probs(self, cut: list[list[int]], found: list[list]) -> list[list[list[float]]]:
         """Each hypothesis' tokens' log-probabilities, EOS last, from one score_batch pass over them all."""

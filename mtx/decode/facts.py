@@ -22,6 +22,7 @@ from mtx.decode.doubts import DoubtThresholds
 from mtx.decode.limits import ModelLimits
 from mtx.decode.target_lang import TargetLanguages
 from mtx.decode.translation import Source
+from mtx.errors import MtxError
 from mtx.tokenizer import Tokenizer, normalize_text
 
 
@@ -81,3 +82,19 @@ def encode_sentences(tokenizer: Tokenizer, sentences: Sequence[str], targets: Ta
         texts = targets.tagged(texts, target_lang)
     encoded = iter(tokenizer.encode_batch([text for text in texts if text]))
     return [next(encoded) if text else None for text in texts]
+
+
+def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str] | None, todo: Sequence[int],
+                    limits: Sequence[int], lines: Sequence[int]) -> list[list[int]] | None:
+    """The target prefixes (--prefix) of the sentences `todo` (indices into `prefixes`) as token ids, None where
+    no sentence has one; refused where a prefix is longer than its sentence's output limit (`limits`, one per
+    sentence of `todo`), naming its input line (`lines`: each sentence's index in the input)."""
+    if prefixes is None or not any(prefixes):
+        return None
+    ids = tokenizer.encode_batch([normalize_text(prefixes[i]) for i in todo])
+    for j, (prefix, limit) in enumerate(zip(ids, limits, strict=True)):
+        if len(prefix) > limit:
+            raise MtxError(f"--prefix, line {lines[todo[j]] + 1}: the prefix has {len(prefix)} tokens, more than the "
+                           f"{limit} its sentence's translation may have (--max-len-a, --max-len-b and the model's "
+                           "positions): shorten it or raise those.")
+    return ids

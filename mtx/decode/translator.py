@@ -40,7 +40,7 @@ from mtx.decode.alignment import AligningDecoder, align_searched
 from mtx.decode.doubts import TRUNCATED, DoubtThresholds, doubts
 from mtx.decode.engine import Dtype
 from mtx.decode.ensemble import Ensemble, load_models
-from mtx.decode.facts import encode_sentences
+from mtx.decode.facts import encode_prefixes, encode_sentences
 from mtx.decode.forced import forced_scores
 from mtx.decode.limits import ModelLimits
 from mtx.decode.request import aligning_layer
@@ -129,7 +129,7 @@ class Translator:
         lines = range(first_line, first_line + len(token_ids)) if isinstance(first_line, int) else first_line
         todo, sources = self._sources(token_ids)
         limits = [self.output_limit(len(ids) - 1) for ids in sources]
-        forced = self._prefixes(prefixes, todo, limits, lines)
+        forced = encode_prefixes(self.tokenizer, prefixes, todo, limits, lines)
         results: list[list[Translation]] = [[] for _ in token_ids]
         batches = decoding_batches([len(ids) for ids in sources], limits, self.batch_tokens)
         self._check_memory([(len(b), max(len(sources[j]) for j in b), max(limits[j] for j in b)) for b in batches])
@@ -264,19 +264,6 @@ class Translator:
             return ()
         cut = (TRUNCATED,) if truncated else ()
         return (*cut, *doubts(source[:-1], hypothesis.tokens, hypothesis.token_log_probs, self.doubt_thresholds))
-
-    def _prefixes(self, prefixes: list[str] | None, todo: list[int], limits: list[int],
-                  lines: Sequence[int]) -> list[list[int]] | None:
-        """Each non-empty sentence's prefix as token ids, refused where it is longer than the output may be."""
-        if prefixes is None or not any(prefixes):
-            return None
-        ids = self.tokenizer.encode_batch([normalize_text(prefixes[i]) for i in todo])
-        for j, (prefix, limit) in enumerate(zip(ids, limits, strict=True)):
-            if len(prefix) > limit:
-                raise MtxError(f"--prefix, line {lines[todo[j]] + 1}: the prefix has {len(prefix)} tokens, more "
-                               f"than the {limit} its sentence's translation may have (--max-len-a, --max-len-b and "
-                               "the model's positions): shorten it or raise those.")
-        return ids
 
     def _search_batch(self, sources: list[list[int]], limits: list[int], lines: list[int],
                       prefixes: list[list[int]] | None) -> tuple[list[list[Hypothesis]], list[list[Alignment]] | None]:
