@@ -82,8 +82,8 @@ class DecodeConfig:
     engine: EngineName = setting(
         "torch", "What decodes: torch, mtx's own search, the reference, with every option; ct2, CTranslate2 (the "
         "extra mtx[ct2]), faster on CPUs, the checkpoint converted once and cached beside it. ct2 refuses, naming "
-        "it, each option it cannot honour exactly (the gnmt length penalty, ensembles, shortlist, alignment_layer "
-        "other than the default, sampling's seeds): engine torch does them.")
+        "it, each option it cannot honour exactly (the gnmt length penalty, sampling, shortlist, min_len and "
+        "no_repeat_ngram with a beam, another alignment_layer, ensembles): engine torch does them.")
     target_lang: str | None = setting(
         None, "For a model of several target languages (data.target_tag): translate into this one, by putting its "
         "tag (<2de>) before every sentence that does not start with a target tag of its own. Unset: each sentence's "

@@ -91,7 +91,7 @@ class Request(DecodeConfig):
     def aligning_layer(self, decoder_layers: int, spell: Callable[[str], str] = flag_name, separator: str = " "
                        ) -> int | None:
         """The decoder layer that aligns (None: no alignments), for a model of `decoder_layers` decoder layers:
-        alignment_layer, or its default (mtx.decode.alignment.aligning_layer, whose errors this raises)."""
+        alignment_layer, or its default (`aligning_layer`, whose errors this raises)."""
         return aligning_layer(self.alignment, self.alignment_layer, decoder_layers, spell, separator)
 
 
