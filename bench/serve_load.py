@@ -1,12 +1,12 @@
 """`mtx serve` under load: throughput and latency of single-sentence requests against `mtx translate`'s ceiling.
 
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/serve_load.py [--engine torch|ct2] [--concurrency 1 4 16 64]
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python bench/serve_load.py [--engine torch ct2] [--concurrency 1 4 16 64]
         [--requests 2000]
 
 A translation server batches the sentences of concurrent requests so that many small requests cost about what
 one file of the same sentences costs, and it must not make a lone request wait for company. This measures both,
 on the demo model and its 500 test sentences, all on 127.0.0.1, one thing at a time so that nothing competes
-for the cores:
+for the cores, and for each engine given (--engine E ...: the whole list below, one engine after the other):
 
   file          `mtx translate --engine E -i SENTENCES` as a subprocess, its own figure of sentences/s (the time
                 its engine spent in its calls: the model's loading and conversion excluded, a torch engine's
@@ -85,8 +85,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="Sentences are read one per line; empty lines are skipped.")
     parser.add_argument("--model", type=Path, default=Path("runs/demo/average.pt"))
-    parser.add_argument("--engine", choices=("torch", "ct2"), default="torch",
-                        help="what decodes: passed to `mtx serve` and `mtx translate`, and opened in process")
+    parser.add_argument("--engine", dest="engines", nargs="+", choices=("torch", "ct2"), default=["torch"],
+                        help="what decodes, each in turn: passed to `mtx serve` and `mtx translate`, and opened "
+                        "in process")
     parser.add_argument("--lenpen-style", choices=("gnmt", "fairseq"), help="in each request, and to `mtx "
                         "translate` [default: the recipe's]; the ct2 engine has fairseq's only")
     parser.add_argument("--sentences", type=Path, default=Path("runs/demo/data/test.en"))
@@ -110,21 +111,25 @@ def main() -> None:
     sentences = [line for line in args.sentences.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not sentences:
         parser.error(f"{args.sentences} holds no sentence")
-    emit("config", model=str(args.model), engine=args.engine, sentences_file=str(args.sentences),
+    emit("config", model=str(args.model), engines=args.engines, sentences_file=str(args.sentences),
          sentences=len(sentences), lenpen_style=args.lenpen_style,
          concurrency=args.concurrency, requests=args.requests, seconds=args.seconds, warmup=args.warmup,
          threads=args.threads, beam=args.beam, max_wait_ms=args.max_wait_ms, batch_tokens=args.batch_tokens,
          max_queue=args.max_queue)
 
-    with tempfile.TemporaryDirectory(prefix="serve_load.") as scratch:
-        # The ceiling and the in-process latency first, while no server runs.
-        file_rate = file_ceiling(args, Path(scratch))
-        in_process = in_process_latency(args, sentences[: args.in_process])
-        port = args.port or free_port()
-        log_path = args.server_log or Path(scratch) / "server.log"
-        levels, metrics, exit_code = serve_levels(args, sentences, port, log_path, file_rate)
-    summarize(levels, file_rate, in_process, metrics, exit_code)
-    if exit_code != 0:
+    exit_codes = []
+    for engine in args.engines:
+        args.engine = engine  # what every step below decodes with
+        with tempfile.TemporaryDirectory(prefix="serve_load.") as scratch:
+            # The ceiling and the in-process latency first, while no server runs.
+            file_rate = file_ceiling(args, Path(scratch))
+            in_process = in_process_latency(args, sentences[: args.in_process])
+            port = args.port or free_port()
+            log_path = args.server_log or Path(scratch) / "server.log"
+            levels, metrics, exit_code = serve_levels(args, sentences, port, log_path, file_rate)
+        summarize(engine, levels, file_rate, in_process, metrics, exit_code)
+        exit_codes.append(exit_code)
+    if any(code != 0 for code in exit_codes):
         sys.exit(1)
 
 
@@ -154,7 +159,8 @@ def file_ceiling(args: argparse.Namespace, scratch: Path) -> float:
         rates.append(rate)
         seconds.append(took)
     rate = float(np.median(rates))
-    emit("file", sentences=int(count), tokens=int(tokens), seconds=float(np.median(seconds)), sentences_per_s=rate,
+    emit("file", engine=args.engine, sentences=int(count), tokens=int(tokens), seconds=float(np.median(seconds)),
+         sentences_per_s=rate,
          repeats=len(rates), min=min(rates), max=max(rates), command=" ".join(command[1:]))
     return rate
 
@@ -221,7 +227,8 @@ def batch_curve(engine: Engine, request: Request, encoded: list) -> None:
         for batch in batches:
             engine.translate(batch, request, range(len(batch)))
         rate = sum(len(batch) for batch in batches) / (time.perf_counter() - started)
-        emit("in_process_batch", batch=size, batches=len(batches), threads=1, sentences_per_s=rate)
+        emit("in_process_batch", engine=request.engine, batch=size, batches=len(batches), threads=1,
+             sentences_per_s=rate)
 
 
 # ---------------------------------------------------------------------------------------------- the server
@@ -502,7 +509,7 @@ def serve_levels(args: argparse.Namespace, sentences: list[str], port: int, log_
     levels: dict[int, dict[str, Any]] = {}
     try:
         ready_s = wait_until_ready(server, port, log_path)
-        emit("server_ready", seconds=ready_s, port=port, command=" ".join(command[1:]))
+        emit("server_ready", engine=args.engine, seconds=ready_s, port=port, command=" ".join(command[1:]))
         start_metrics = batch_histograms(port)
         for concurrency in args.concurrency:
             before = batch_histograms(port)
@@ -510,11 +517,11 @@ def serve_levels(args: argparse.Namespace, sentences: list[str], port: int, log_
             if server.poll() is not None:
                 raise RuntimeError(f"the server exited with {server.returncode} during concurrency {concurrency}; "
                                    f"the end of its log:\n{log_tail(log_path)}")
-            levels[concurrency] = level_figures(concurrency, level, file_rate,
+            levels[concurrency] = level_figures(args.engine, concurrency, level, file_rate,
                                                 mean_batches(before, batch_histograms(port)))
         run_means = mean_batches(start_metrics, batch_histograms(port))
         exit_code = stop_server(server)
-        emit("server_stopped", exit_code=exit_code)
+        emit("server_stopped", engine=args.engine, exit_code=exit_code)
         return levels, run_means, exit_code
     finally:
         if server.poll() is None:  # an error on the way: never leave a server behind
@@ -522,12 +529,14 @@ def serve_levels(args: argparse.Namespace, sentences: list[str], port: int, log_
             server.wait()
 
 
-def level_figures(concurrency: int, level: Level, file_rate: float, batches: dict[str, float]) -> dict[str, Any]:
+def level_figures(engine: str, concurrency: int, level: Level, file_rate: float, batches: dict[str, float]
+                  ) -> dict[str, Any]:
     ms = np.array(level.latencies) * 1000
     rate = level.ok / level.seconds if level.seconds > 0 else 0.0
     figures: dict[str, Any] = {
-        "concurrency": concurrency, "requests": level.sent, "ok": level.ok, "rejected_503": level.rejected,
-        "errors": level.errors, "seconds": level.seconds, "stopped_by": level.stopped_by, "sentences_per_s": rate,
+        "engine": engine, "concurrency": concurrency, "requests": level.sent, "ok": level.ok,
+        "rejected_503": level.rejected, "errors": level.errors, "seconds": level.seconds,
+        "stopped_by": level.stopped_by, "sentences_per_s": rate,
         **{f"p{q}_ms": float(np.percentile(ms, q)) if len(ms) else None for q in (50, 95, 99)},
         "share_of_file": rate / file_rate,
     }
@@ -539,14 +548,14 @@ def level_figures(concurrency: int, level: Level, file_rate: float, batches: dic
     return figures
 
 
-def summarize(levels: dict[int, dict[str, Any]], file_rate: float, in_process: dict[str, float],
+def summarize(engine: str, levels: dict[int, dict[str, Any]], file_rate: float, in_process: dict[str, float],
               run_means: dict[str, float], exit_code: int | None) -> None:
-    """The issue's two goals, and whether each was met (None where its level was not run)."""
+    """The issue's two goals for one engine, and whether each was met (None where its level was not run)."""
     busy, lone = levels.get(SHARE_GOAL_CONCURRENCY), levels.get(1)
     share = busy["share_of_file"] if busy else None
     ratio = lone["p50_ms"] / in_process["p50_ms"] if lone and lone["p50_ms"] is not None else None
     summary: dict[str, Any] = {
-        "file_sentences_per_s": file_rate,
+        "engine": engine, "file_sentences_per_s": file_rate,
         f"c{SHARE_GOAL_CONCURRENCY}_share_of_file": share, "share_goal": SHARE_GOAL,
         "share_met": None if share is None else share >= SHARE_GOAL,
         "c1_p50_ms": lone["p50_ms"] if lone else None, "in_process_p50_ms": in_process["p50_ms"],
