@@ -190,6 +190,10 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     `reference_path` a translation per line to score instead of searching (`Engine.score`). `shard` translates one
     shard of the input file, resumably (mtx.decode.shards).
     """
+    from mtx.decode.workers import start_forkserver
+
+    if device != "cuda" and options.get("engine") != "ct2" and (threads or os.cpu_count() or 1) > 1:
+        start_forkserver()  # the torch engine's workers come from it: it imports torch while this process does
     from mtx.checkpoint import describe_checkpoint
     from mtx.decode.engine import Dtype
     from mtx.decode.engines import open_engine, refusal

@@ -10,8 +10,8 @@ What was checked against CTranslate2 4.8.5, on the copy-task model converted by 
 every test sentence; tests/integration/test_ct2_engine.py keeps each one):
 
 - Its beam score is log P(Y) / |Y|^α with |Y| counting EOS, as mtx's fairseq penalty: equal to mtx's scores and
-  the same beam choices. It has no other form, so the gnmt penalty ((5 + |Y|) / 6)^α is refused (at α = 0 both
-  are 1, which it honours).
+  the same beam choices. It has no other form, so the gnmt penalty ((5 + |Y|) / 6)^α is refused with a beam (at
+  α = 0 both are 1, and greedy search ranks no hypotheses, which it honours).
 - Its logits processors (the ban of EOS before `min_decoding_length`, of repeated n-grams, of PAD and BOS) act
   on the logits before the softmax, so the other tokens' probabilities are renormalised, where mtx's search sets
   banned log-probabilities to -inf and keeps the others as they are. The most probable token is the same either
@@ -68,8 +68,9 @@ class Capability:
 
 
 def _gnmt(request: Request, facts: ModelFacts) -> str | None:
-    """gnmt with α above 0: CTranslate2 has only fairseq's penalty."""
-    if request.lenpen_style == "gnmt" and request.lenpen != 0:
+    """gnmt with α above 0 and a beam: CTranslate2 ranks by fairseq's penalty only. Greedy search ranks nothing,
+    and the scores shown are mtx's own, from the tokens' log-probabilities."""
+    if request.lenpen_style == "gnmt" and request.lenpen != 0 and request.beam > 1:
         return "CTranslate2 divides log P(Y) by |Y|^α only, not by the paper's ((5 + |Y|) / 6)^α"
     return None
 

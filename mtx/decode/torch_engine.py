@@ -63,16 +63,16 @@ class TorchEngine:
 
     def __init__(self, facts: ModelFacts, models: list[Transformer] | None, *, batch_tokens: int,
                  device: torch.device, setup: WorkerSetup | None = None, workers: int = 1,
-                 every_ending: bool = False, log=_quiet) -> None:
+                 every_ending: bool = False, log=_quiet, pool: WorkerPool | None = None) -> None:
         self.facts, self.models, self.batch_tokens, self.device = facts, models, batch_tokens, device
         self.stats = TranslationStats()
         self.every_ending = every_ending
         self._setup, self._workers, self._log = setup, workers, log
-        self._pool: WorkerPool | None = None
+        self._pool = pool  # started already (`open_torch_engine`), or at the first call that needs it
         self._starting = threading.Lock()
         self._counting = threading.Lock()
         self.dtype = _dtype_name(models[0]) if models is not None else _named_dtype(setup.dtype, device)
-        if models is None:  # the server's process: the workers are all there is, started now
+        if models is None and pool is None:  # the server's process: the workers are all there is, started now
             self._start_pool()
 
     @property
@@ -215,16 +215,23 @@ def workers_for(device: torch.device, threads: int) -> tuple[int, int]:
 def open_torch_engine(checkpoints: Sequence[Path], *, device: str, dtype: Dtype, threads: int, batch_tokens: int,
                       in_process: bool = True, log=_quiet) -> TorchEngine:
     """The torch engine over the checkpoint files: the models prepared here (unless not `in_process`), and the
-    setup its workers load the same from."""
+    workers that load the same, started first: a process that runs one thread yet (`mtx translate` opening its
+    engine) forks them at no cost (mtx.decode.workers), and they load while this process does."""
     target = choose_device(device, "--device")
     workers, threads_each = workers_for(target, threads)
     setup = WorkerSetup(tuple(checkpoints), device, dtype, threads_each, batch_tokens, workers)
     if not in_process:
         return TorchEngine(ModelFacts.read(checkpoints), None, batch_tokens=batch_tokens, device=target, setup=setup,
                            workers=workers, log=log)
-    models, tokenizer, metadata = load_prepared(checkpoints, device, dtype)
+    pool = WorkerPool(workers, load_in_process, setup, log, wait=False) if workers > 1 else None
+    try:
+        models, tokenizer, metadata = load_prepared(checkpoints, device, dtype)
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
     return TorchEngine(ModelFacts.of_metadata(checkpoints, tokenizer, metadata), models, batch_tokens=batch_tokens,
-                       device=target, setup=setup if workers > 1 else None, workers=workers, log=log)
+                       device=target, setup=setup if workers > 1 else None, workers=workers, log=log, pool=pool)
 
 
 def load_in_process(setup: WorkerSetup) -> TorchEngine:

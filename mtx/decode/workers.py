@@ -25,6 +25,7 @@ import contextlib
 import multiprocessing
 import queue
 import signal
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -89,14 +90,26 @@ def _picklable(error: Exception) -> bool:
     return True
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    """The forkserver where the platform has one (its workers fork from a clean, single-threaded process that has
-    imported torch and the torch engine once), else spawn."""
+def worker_context() -> multiprocessing.context.BaseContext:
+    """How to start a worker: from the forkserver where the platform has one (its workers fork from a clean,
+    single-threaded process that has imported torch and the torch engine once), else spawned. Never a fork of the
+    engine's own process, whose other threads (a reader, PyTorch's pool, a server's loop; `import torch` alone
+    starts one) could hold a lock that the child would wait for for ever."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
     return context
+
+
+def start_forkserver() -> None:
+    """Start the forkserver now, in the background, where there is one: its import of torch, the longest part of a
+    worker's start, then runs while the caller imports and loads its own (`mtx translate` calls this first)."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        from multiprocessing import forkserver
+
+        worker_context()
+        threading.Thread(target=forkserver.ensure_running, name="mtx-forkserver", daemon=True).start()
 
 
 class Worker:
@@ -108,7 +121,7 @@ class Worker:
         self._start()
 
     def _start(self) -> None:
-        context = _context()
+        context = worker_context()
         self.connection, theirs = context.Pipe()
         self.process = context.Process(target=serve_calls, name=f"mtx-decoding-{self.number}", daemon=True,
                                        args=(theirs, self.load, self.setup))
@@ -138,8 +151,10 @@ class Worker:
             raise error from WorkerTraceback(f"in decoding process {self.number}:\n{its_traceback}")
         return value
 
-    def stop(self) -> None:
-        """Let the process finish and exit."""
+    def stop(self, at_once: bool = False) -> None:
+        """Let the process finish and exit; `at_once`: end it now (it has nothing of anyone's to finish)."""
+        if at_once:
+            self.process.kill()
         with contextlib.suppress(OSError):
             self.connection.send(None)
         self.process.join(timeout=30)
@@ -168,27 +183,54 @@ def _quiet(**_: Any) -> None:
 
 class WorkerPool:
     """`count` workers, each answering calls with the methods of `load(setup)` (a module-level function and a
-    picklable value: they go to the worker by pickle), started at once and ready when the pool is made; a call
-    takes a free worker."""
+    picklable value: they go to the worker by pickle), started at once; a call takes a free worker, once all are
+    ready. `wait`: wait for them now; else at the first call, so that they load while their starter does too."""
 
-    def __init__(self, count: int, load: Callable[[Any], Any], setup: Any, log: Callable[..., None] = _quiet) -> None:
-        self.workers = [Worker(number, load, setup, log) for number in range(count)]
-        try:
-            for worker in self.workers:
-                worker.wait_ready()
-        except BaseException:
-            self.close()
-            raise
+    def __init__(self, count: int, load: Callable[[Any], Any], setup: Any, log: Callable[..., None] = _quiet,
+                 wait: bool = True) -> None:
+        self.workers: list[Worker] = []
+        self._ready, self._waiting = False, threading.Lock()
         self._free: queue.Queue[Worker] = queue.Queue()
-        for worker in self.workers:
-            self._free.put(worker)
         self._threads = ThreadPoolExecutor(count, thread_name_prefix="mtx-decoding")
+        self._failed: BaseException | None = None
+        # Started from a thread of its own: starting waits for the forkserver, which may still be importing torch.
+        self._starting = threading.Thread(target=self._start, args=(count, load, setup, log), name="mtx-starting",
+                                          daemon=True)
+        self._starting.start()
+        if wait:
+            self.wait_ready()
+
+    def _start(self, count: int, load: Callable[[Any], Any], setup: Any, log: Callable[..., None]) -> None:
+        try:
+            for number in range(count):
+                self.workers.append(Worker(number, load, setup, log))
+        except BaseException as e:  # raised by `wait_ready`, in the caller's thread
+            self._failed = e
 
     def __len__(self) -> int:
         return len(self.workers)
 
+    def wait_ready(self) -> None:
+        """Return once every worker has loaded its model and warmed up; a load's error as an MtxError."""
+        with self._waiting:
+            if self._ready:
+                return
+            self._starting.join()
+            try:
+                if self._failed is not None:
+                    raise self._failed
+                for worker in self.workers:
+                    worker.wait_ready()
+            except BaseException:
+                self.close()
+                raise
+            for worker in self.workers:
+                self._free.put(worker)
+            self._ready = True
+
     def call(self, method: str, *arguments: Any) -> Any:
         """`method(*arguments)` on a free worker, waiting for one if all are busy."""
+        self.wait_ready()
         worker = self._free.get()
         try:
             return worker.call(method, *arguments)
@@ -198,14 +240,16 @@ class WorkerPool:
     def map(self, method: str, calls: Sequence[tuple]) -> list:
         """[method(*arguments) for arguments in calls], in order, as many at once as there are workers; an error
         is raised when its call's turn comes."""
+        self.wait_ready()
         return list(self._threads.map(lambda arguments: self.call(method, *arguments), calls))
 
     def pids(self) -> list[int]:
+        self._starting.join()
         return [worker.process.pid for worker in self.workers]
 
     def close(self) -> None:
-        """Stop every worker, once those that are busy have finished."""
-        if hasattr(self, "_threads"):
-            self._threads.shutdown(wait=True)
+        """Stop every worker, once those that are busy have finished; workers never used end at once."""
+        self._starting.join()
+        self._threads.shutdown(wait=True)
         for worker in self.workers:
-            worker.stop()
+            worker.stop(at_once=not self._ready)

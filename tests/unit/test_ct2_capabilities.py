@@ -37,7 +37,8 @@ def test_each_refusal_names_its_flag_and_the_torch_engine(options: dict, field: 
 
 
 @pytest.mark.parametrize("options", [
-    {}, {"lenpen_style": "gnmt", "lenpen": 0.0}, {"beam": 1, "min_len": 3}, {"beam": 1, "no_repeat_ngram": 3},
+    {}, {"lenpen_style": "gnmt", "lenpen": 0.0}, {"lenpen_style": "gnmt", "lenpen": 0.6, "beam": 1},
+    {"beam": 1, "min_len": 3}, {"beam": 1, "no_repeat_ngram": 3},
     {"alignment": True}, {"alignment": True, "alignment_layer": 4}, {"nbest": 4, "beam": 4, "format": "jsonl"},
     {"line_offset": 7, "target_lang": None},
 ])
