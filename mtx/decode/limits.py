@@ -2,7 +2,7 @@
 decoding options the most tokens an output may have.
 
 Two users need these and must agree: the translator, which decodes with the models themselves, and `mtx serve`'s
-request checks, which run in a process that holds no weights (the decoding processes hold them). So the limits
+request checks, which run in a process that holds no weights (the torch engine's workers hold them). So the limits
 are read either from the models or from the checkpoints' metadata (`ModelLimits.of_checkpoints`: the resolved
 model config and vocabulary size every checkpoint stores), and `output_limit` is one function of them, so the
 server counts a request's tokens exactly as the translator's batches will.

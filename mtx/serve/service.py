@@ -6,7 +6,7 @@ rules hold whatever serves it:
 - a request's options are `mtx translate`'s, by the same names, on top of the checkpoint's recipe (`decode:`),
   and are checked as the command checks its flags, each error naming the field (400);
 - a request holds at most `max_sentences` sentences of at most `max_chars` characters, none longer in tokens
-  than the model's positions (each is tokenised once, here, and handed to the decoding process as token ids),
+  than the model's positions (each is tokenised once, here, and handed to the engine as token ids),
   and asks for a beam and an n-best list of at most `max_beam` (413, 400);
 - its options are a `Request`'s fields (mtx.decode.request), but those the server fixes for every request (the
   engine, `mtx serve --engine`; the format, JSON), checked by the request's own rules (400), then by the engine's
@@ -129,7 +129,7 @@ class TranslationService:
         return self.facts.tokenizer
 
     def drain(self) -> None:
-        """Take no more requests, answer those queued, stop the decoding processes."""
+        """Take no more requests, answer those queued, close the engine (its workers stop)."""
         self.status = "draining"
         if self.batcher is not None:
             self.batcher.close()
