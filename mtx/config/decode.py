@@ -13,6 +13,7 @@ errors must be instant.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -129,10 +130,9 @@ class DecodeConfig:
         def problem(name: str, what: str) -> tuple[str, str]:
             return name, f"{spell(name)}{separator}{getattr(self, name)!r} {what}."
 
-        for f in dataclasses.fields(self):
-            choices = _choices(self, f.name)
-            if choices and getattr(self, f.name) not in choices:
-                return problem(f.name, f"is not one of {', '.join(choices)}")
+        for name, choices in literal_choices(type(self)).items():
+            if getattr(self, name) not in choices:
+                return problem(name, f"is not one of {', '.join(choices)}")
         for name, what in bounds_problems(self):
             return problem(name, what)
         if vocabulary is not None and self.beam > vocabulary:
@@ -161,10 +161,14 @@ class DecodeConfig:
         return None
 
 
-def _choices(config: DecodeConfig, name: str) -> tuple[str, ...]:
-    """The values a field typed as a Literal takes (`lenpen_style`: gnmt, fairseq); () for any other field."""
-    kind = typing.get_type_hints(type(config))[name]
-    return typing.get_args(kind) if typing.get_origin(kind) is Literal else ()
+@functools.cache
+def literal_choices(config: type) -> dict[str, tuple[str, ...]]:
+    """The values each field typed as a Literal takes (`lenpen_style`: gnmt, fairseq), of the dataclass `config`:
+    read from its annotations once, as resolving them is far slower than any check that uses them (a server checks
+    every request)."""
+    hints = typing.get_type_hints(config)
+    return {f.name: typing.get_args(hints[f.name]) for f in dataclasses.fields(config)
+            if typing.get_origin(hints[f.name]) is Literal}
 
 
 def flag_name(name: str) -> str:
