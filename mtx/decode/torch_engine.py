@@ -2,7 +2,7 @@
 
 It holds the model(s) prepared once (`prepare_model`: weights laid out for the CPU, or int8, or half precision on a
 GPU) and, on a CPU with several threads, a pool of workers (mtx.decode.workers), each with its own copy, started
-the first time a call has more than one batch and kept for the engine's life. A call is planned here, as the
+as the engine opens (they load while this process does) and kept for the engine's life. A call is planned here, as the
 translator plans it (`Translator`: sentences sorted by length and cut into batches of `batch_tokens`); its batches
 go to the workers, one each, and are decoded side by side, or are decoded here one after the other where there
 is one batch, one thread, or a GPU. Every output is the same either way, since each batch is searched alone.
@@ -32,7 +32,7 @@ from mtx.decode.engine import Dtype, cpu_instructions
 from mtx.decode.facts import ModelFacts
 from mtx.decode.request import Request
 from mtx.decode.translation import Scored, Source, Translation, TranslationStats
-from mtx.decode.translator import ScorePlan, Translator, load_prepared
+from mtx.decode.translator import Translator, load_prepared
 from mtx.decode.workers import WorkerPool, _quiet
 from mtx.devices import choose_device, choose_dtype
 from mtx.model import int8
@@ -111,22 +111,16 @@ class TorchEngine:
             results, stats = self._pool_of_workers().call("score_here", sentences, translations, request)
             self._count(stats, time.perf_counter() - started)
             return results
+
+        def score_batches(calls: list[tuple[list[list[int]], list[list[int]]]]) -> list[list[Translation]]:
+            if len(calls) > 1 and self._side_by_side():
+                return self._pool_of_workers().map("score_batch_here", [(*call, request) for call in calls])
+            return [self.score_batch_here(*call, request) for call in calls]
+
         translator = self._translator(request)
-        plan: ScorePlan = translator.score_plan(sentences, translations)
-        if len(plan.batches) > 1 and self._side_by_side():
-            scored = self._pool_of_workers().map("score_batch_here", [
-                ([plan.sources[j] for j in b], [plan.given[j] for j in b], request) for b in plan.batches])
-        else:
-            scored = [self.score_batch_here([plan.sources[j] for j in b], [plan.given[j] for j in b], request)
-                      for b in plan.batches]
-        for batch, translations_of_batch in zip(plan.batches, scored, strict=True):
-            for j, translation in zip(batch, translations_of_batch, strict=True):
-                plan.results[plan.todo[j]] = translation
-        stats = translator.stats
-        stats.sentences += len(sentences)
-        stats.output_tokens += sum(len(ids) for ids in plan.given)
-        self._count(stats, time.perf_counter() - started)
-        return plan.results
+        results = translator.forced_scores(sentences, translations, score_batches)
+        self._count(translator.stats, time.perf_counter() - started)
+        return results
 
     @torch.inference_mode()
     def score_here(self, sentences: Sequence[str], translations: Sequence[str], request: Request
@@ -180,7 +174,7 @@ class TorchEngine:
         self._pool = WorkerPool(self._workers, load_in_process, self._setup, self._log)
 
     def pids(self) -> list[int]:
-        """The workers' process ids, for the log; none before the first call that needs them."""
+        """The workers' process ids, for the log; none where it decodes in this process."""
         return [] if self._pool is None else self._pool.pids()
 
     def _count(self, stats: TranslationStats, seconds: float) -> None:
@@ -215,8 +209,8 @@ def workers_for(device: torch.device, threads: int) -> tuple[int, int]:
 def open_torch_engine(checkpoints: Sequence[Path], *, device: str, dtype: Dtype, threads: int, batch_tokens: int,
                       in_process: bool = True, log=_quiet) -> TorchEngine:
     """The torch engine over the checkpoint files: the models prepared here (unless not `in_process`), and the
-    workers that load the same, started first: a process that runs one thread yet (`mtx translate` opening its
-    engine) forks them at no cost (mtx.decode.workers), and they load while this process does."""
+    workers that load the same, started first, without waiting for them (mtx.decode.workers), so that they load
+    while this process does."""
     target = choose_device(device, "--device")
     workers, threads_each = workers_for(target, threads)
     setup = WorkerSetup(tuple(checkpoints), device, dtype, threads_each, batch_tokens, workers)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +54,9 @@ from mtx.errors import MtxError
 from mtx.model import fast_paths, int8
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
+
+# Batches of given translations to score, each (sources with EOS, translations' token ids), to their Translations.
+ScoreBatches = Callable[[list[tuple[list[list[int]], list[list[int]]]]], list[list[Translation]]]
 
 
 @dataclass
@@ -152,19 +155,23 @@ class Translator:
         self.stats.seconds += time.perf_counter() - started
         return results
 
-    def forced_scores(self, sentences: Sequence[str], translations: Sequence[str]) -> list[Scored]:
+    def forced_scores(self, sentences: Sequence[str], translations: Sequence[str],
+                      score_batches: ScoreBatches | None = None) -> list[Scored]:
         """Each sentence's given translation scored by the model (mtx.decode.forced): its normalised text, the
         length-normalised score that search would give it, its tokens and their log-probabilities (EOS last). An
         empty sentence gets None; an empty translation is scored too (EOS alone).
 
         A pair whose source or translation is longer than the model's positions gets `TooLongToScore`, and is
         counted (`stats.too_long_to_score`): a noisy corpus holds such lines, and scoring it must reach its end.
+        `score_batches` scores the planned batches, each (sources, given translations), as `score_tokens` does
+        (the torch engine hands them to its workers); None: here, one after the other.
         """
         started = time.perf_counter()
         plan = self.score_plan(sentences, translations)
-        for batch in plan.batches:
-            scored = self.score_tokens([plan.sources[j] for j in batch], [plan.given[j] for j in batch])
-            for j, translation in zip(batch, scored, strict=True):
+        calls = [([plan.sources[j] for j in batch], [plan.given[j] for j in batch]) for batch in plan.batches]
+        scored = score_batches(calls) if score_batches is not None else [self.score_tokens(*c) for c in calls]
+        for batch, translations_of_batch in zip(plan.batches, scored, strict=True):
+            for j, translation in zip(batch, translations_of_batch, strict=True):
                 plan.results[plan.todo[j]] = translation
         self.stats.sentences += len(sentences)
         self.stats.output_tokens += sum(len(ids) for ids in plan.given)

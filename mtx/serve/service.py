@@ -124,10 +124,6 @@ class TranslationService:
                   **engine.provenance(), decoding_processes=engine.parallelism, pids=engine.pids(),
                   seconds=round(time.monotonic() - started, 3))
 
-    @property
-    def tokenizer(self):
-        return self.facts.tokenizer
-
     def drain(self) -> None:
         """Take no more requests, answer those queued, close the engine (its workers stop)."""
         self.status = "draining"
