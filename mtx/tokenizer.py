@@ -382,13 +382,19 @@ class Tokenizer:
             text = rest
         return ids, text
 
-    def encode(self, text: str) -> list[int]:
+    def token_strings(self) -> list[str]:
+        """The vocabulary as strings in id order: how CTranslate2 names tokens."""
+        return [self._hf.id_to_token(i) for i in range(self.vocab_size)]
+
+    def encode(self, text: str, target: bool = False) -> list[int]:
+        """The ids of `text`, no special token added. `target` (the text is on the target side) changes nothing:
+        one joint model segments both languages, unlike an imported pair's (mtx.spm_tokenizer)."""
         tags, rest = self.split_tags(text)
         return [*tags, *self._hf.encode(rest, add_special_tokens=False).ids]
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+    def encode_batch(self, texts: list[str], target: bool = False) -> list[list[int]]:
         """Many sentences at once, in Rust (parallel unless TOKENIZERS_PARALLELISM=false): the texts after their
-        leading tags are encoded in one call, and the tags' ids put before their text's."""
+        leading tags are encoded in one call, and the tags' ids put before their text's. `target`: as `encode`."""
         split = [self.split_tags(text) for text in texts]
         encoded = self._hf.encode_batch([rest for _, rest in split], add_special_tokens=False)
         return [[*tags, *e.ids] for (tags, _), e in zip(split, encoded, strict=True)]
