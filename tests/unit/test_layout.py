@@ -24,13 +24,13 @@ PACKAGE = ROOT / "mtx"
 # may tie several stages together: `mtx config` counts the model's parameters).
 LAYERS: list[set[str]] = [
     {"mtx", "mtx.errors", "mtx.files"},
-    {"mtx.config", "mtx.tokenizer", "mtx.devices"},
+    {"mtx.config", "mtx.tokenizer", "mtx.spm_tokenizer", "mtx.devices"},
     {"mtx.score", "mtx.data"},
     {"mtx.model"},
     {"mtx.checkpoint"},
     {"mtx.decode"},
     {"mtx.train"},
-    {"mtx.analysis", "mtx.export", "mtx.report", "mtx.serve"},
+    {"mtx.analysis", "mtx.export", "mtx.importing", "mtx.report", "mtx.serve"},
     {"mtx.cli", "mtx.__main__"},
 ]
 
