@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from mtx import __version__
+from mtx.config.model import resolve_model
 from mtx.config.recipe import ModelConfig
 from mtx.errors import MtxError, first_line
 from mtx.files import atomic_write
@@ -154,7 +155,8 @@ def require_finite_weights(checkpoint: dict[str, Any], path: Path) -> None:
 
 
 def model_config_of(checkpoint: dict[str, Any]) -> ModelConfig:
-    return ModelConfig(**checkpoint["model_config"])
+    """The checkpoint's model config, a key it predates (written before the option existed) the preset's."""
+    return resolve_model(ModelConfig(**checkpoint["model_config"]))
 
 
 def inference_weights(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -39,7 +39,8 @@ class ModelConfig:
         None, "Dropout on the embeddings and every residual branch (the paper's P_drop).", bounds=RATE)
     attn_dropout: float | None = setting(
         None, "Dropout on the attention weights (the paper: none; T2T: 0.1).", bounds=RATE)
-    relu_dropout: float | None = setting(None, "Dropout inside the feed-forward blocks, after the ReLU.", bounds=RATE)
+    relu_dropout: float | None = setting(
+        None, "Dropout inside the feed-forward blocks, after the activation.", bounds=RATE)
     norm: Literal["post", "pre"] | None = setting(
         None, "post: LayerNorm after each residual sum (the paper); pre: before each sub-layer, plus one at the "
         "end of each stack, which trains deep or large models with less warmup.")
@@ -49,6 +50,17 @@ class ModelConfig:
     max_positions: int | None = setting(
         None, "The longest source or target sequence in tokens, EOS included: the size of the positional table.",
         bounds=POSITIONS)
+    activation: Literal["relu", "swish", "gelu"] | None = setting(
+        None, "The feed-forward blocks' non-linearity: relu, max(0, x) (the paper); swish, x·σ(x) (SiLU); gelu, "
+        "x·Φ(x) with the exact Gaussian CDF. Most OPUS-MT models use swish.")
+    output_bias: bool | None = setting(
+        None, "Add a learnt bias to the output layer's logits, h·Eᵀ + b (Marian's final_logits_bias); the paper's "
+        "output layer has none.")
+    scale_embeddings: bool | None = setting(
+        None, "Multiply the embeddings by √d_model before adding the positions (§3.4); false adds them as they are.")
+    positions: Literal["interleaved", "halves"] | None = setting(
+        None, "The layout of the sinusoidal positional table (§3.5): interleaved, sines in the even channels and "
+        "cosines in the odd ones (the paper's formula); halves, all the sines then all the cosines (Marian's).")
 
     def validate(self, key: str) -> None:
         check_bounds(self, key)
@@ -69,7 +81,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "student-tiny": dict(layers_enc=3, layers_dec=1, d_model=128, heads=4, d_ff=512, dropout=0.1),
 }
 PRESET_COMMON: dict[str, Any] = dict(
-    attn_dropout=0.0, relu_dropout=0.0, norm="post", share_embeddings=True, max_positions=1024
+    attn_dropout=0.0, relu_dropout=0.0, norm="post", share_embeddings=True, max_positions=1024,
+    activation="relu", output_bias=False, scale_embeddings=True, positions="interleaved",
 )
 
 

@@ -23,8 +23,10 @@ from mtx.config.model import ModelConfig
 from mtx.config.recipe import Recipe
 from mtx.errors import MtxError
 
-# The model keys that decide whether a checkpoint's weights load into a model: the shape.
-SHAPE_KEYS = ("layers_enc", "layers_dec", "d_model", "heads", "d_ff", "norm", "share_embeddings", "max_positions")
+# The model keys that decide whether a checkpoint's weights load into a model (the shape), and compute there what
+# they computed in it.
+SHAPE_KEYS = ("layers_enc", "layers_dec", "d_model", "heads", "d_ff", "norm", "share_embeddings", "max_positions",
+              "activation", "output_bias", "scale_embeddings", "positions")
 
 
 class CheckpointReader(Protocol):

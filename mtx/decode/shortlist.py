@@ -112,12 +112,14 @@ class ShortlistDecoder:
 
 
 def union_projection(model: Transformer, union: Tensor) -> Callable[[Tensor], Tensor]:
-    """The output layer over the tokens `union` alone (their rows of the output matrix), in the model's own
-    format. An int8 model (`--dtype int8`) projects with its int8 rows of those tokens, at the same scale
-    (`Int8Linear.rows`), so each logit is the one its whole-vocabulary projection gives, at the int8 speed the
-    shortlist is asked for on top of (bench/README.md). A float model's rows are stored transposed, as a CPU
-    multiplies them fastest (`fast_paths.store_weights_transposed`)."""
+    """The output layer over the tokens `union` alone (their rows of the output matrix, and their entries of the
+    output bias where the model has one), in the model's own format. An int8 model (`--dtype int8`) projects
+    with its int8 rows of those tokens, at the same scale (`Int8Linear.rows`), so each logit is the one its
+    whole-vocabulary projection gives, at the int8 speed the shortlist is asked for on top of (bench/README.md).
+    A float model's rows are stored transposed, as a CPU multiplies them fastest
+    (`fast_paths.store_weights_transposed`)."""
     if isinstance(model.output_proj, Int8Linear):
         return model.output_proj.rows(union)
     weight = fast_paths.transposed_layout(model.output_weight.index_select(0, union))  # (U, D)
-    return lambda hidden: F.linear(hidden, weight)
+    bias = None if model.output_bias is None else model.output_bias.detach().index_select(0, union)  # (U,)
+    return lambda hidden: F.linear(hidden, weight, bias)

@@ -108,17 +108,19 @@ def copy_within(tensor: Tensor, dim: int, sources: Tensor, places: Tensor) -> No
 SLICE_BYTES = 2**20  # the size of the slices of the output matrix that decoding on a CPU projects onto
 
 
-def tied_projection(h: Tensor, weight: Tensor) -> Tensor:
-    """h · weightᵀ, no bias: (..., D) states onto the (V, D) embedding matrix → (..., V) logits.
+def tied_projection(h: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """h · weightᵀ + bias: (..., D) states onto the (V, D) embedding matrix, plus the (V,) output bias where the
+    model has one → (..., V) logits.
 
     Decoding on a CPU projects onto `SLICE_BYTES` slices of the matrix, one after the other: multiplying the
     rows of a beam step by the whole matrix of a large vocabulary at once is slower, as MKL's blocks of the
     matrix no longer stay in cache. Under autograd and on a GPU it is one product.
     """
     if h.device.type != "cpu" or torch.is_grad_enabled():
-        return F.linear(h, weight)
+        return F.linear(h, weight, bias)
     rows = max(1, SLICE_BYTES // (weight.shape[1] * weight.element_size()))
-    return torch.cat([F.linear(h, weight[i : i + rows]) for i in range(0, weight.shape[0], rows)], dim=-1)
+    return torch.cat([F.linear(h, weight[i : i + rows], None if bias is None else bias[i : i + rows])
+                      for i in range(0, weight.shape[0], rows)], dim=-1)
 
 
 # ------------------------------------------------------------------------- the weights' layout for inference

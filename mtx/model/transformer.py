@@ -45,6 +45,24 @@ def sinusoidal_positions(max_positions: int, d_model: int) -> Tensor:
     return table
 
 
+def sinusoidal_positions_in_halves(max_positions: int, d_model: int) -> Tensor:
+    """The same sinusoids laid out as Marian lays them out: sin(pos / 10000^(2i/D)) in channel i of the first
+    half, cos(...) in channel i of the second (with an odd D the sines take the extra channel).
+
+    Computed as transformers' MarianSinusoidalPositionalEmbedding computes them, in float64 with NumPy's
+    power, sine and cosine and cast to float32 at the end, so that an imported model adds the very table it
+    was trained with: float32 arithmetic, as `sinusoidal_positions` uses, rounds the angles of distant positions
+    differently."""
+    import numpy as np
+
+    channel = np.arange(d_model)
+    angles = np.arange(max_positions)[:, None] / np.power(10000, 2 * (channel // 2) / d_model)
+    return torch.from_numpy(np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)).float()
+
+
+POSITION_TABLES = {"interleaved": sinusoidal_positions, "halves": sinusoidal_positions_in_halves}
+
+
 # ------------------------------------------------------------------------------------------ attention §3.2
 
 
@@ -144,17 +162,24 @@ class MultiHeadAttention(nn.Module):
 # ------------------------------------------------------------------------------------- feed-forward §3.3
 
 
-class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike."""
+# The feed-forward non-linearities `ModelConfig.activation` names: the paper's ReLU, and the two that published
+# models also use, swish (SiLU, x·σ(x): most OPUS-MT models) and GELU (x·Φ(x), the exact erf form).
+ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
 
-    def __init__(self, d_model: int, d_ff: int, relu_dropout: float) -> None:
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike (max(0, ·) the paper's ReLU, or the
+    activation a model names)."""
+
+    def __init__(self, d_model: int, d_ff: int, relu_dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.fc1 = nn.Linear(d_model, d_ff)
         self.fc2 = nn.Linear(d_ff, d_model)
+        self.activation = ACTIVATIONS[activation]
         self.dropout = fast_paths.Dropout(relu_dropout)  # = nn.Dropout(relu_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+        return self.fc2(self.dropout(self.activation(self.fc1(x))))
 
 
 # ---------------------------------------------------------------------------------------- layers §3.1
@@ -199,7 +224,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         pre = cfg.norm == "pre"
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout, self_attention=True)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.relu_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.relu_dropout, cfg.activation)
         self.attn_residual = Residual(cfg.d_model, cfg.dropout, pre)
         self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre)
 
@@ -215,7 +240,7 @@ class DecoderLayer(nn.Module):
         pre = cfg.norm == "pre"
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout, self_attention=True)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout, self_attention=False)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.relu_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.relu_dropout, cfg.activation)
         self.self_residual = Residual(cfg.d_model, cfg.dropout, pre)
         self.cross_residual = Residual(cfg.d_model, cfg.dropout, pre)
         self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre)
@@ -278,11 +303,15 @@ class Transformer(nn.Module):
         self.cfg, self.vocab_size, self.pad_id = cfg, vocab_size, pad_id
         d = cfg.d_model
         # §3.4: the embeddings are multiplied by sqrt(d_model); with N(0, d^-1/2) initialisation this makes
-        # the scaled embeddings unit-variance, on the scale of the positional encodings.
-        self.embed_scale = math.sqrt(d)
+        # the scaled embeddings unit-variance, on the scale of the positional encodings. A model trained without
+        # the factor (scale_embeddings: false) adds its embeddings as they are.
+        self.embed_scale = math.sqrt(d) if cfg.scale_embeddings else 1.0
         self.tgt_embed = nn.Embedding(vocab_size, d, padding_idx=pad_id)
         self.src_embed = self.tgt_embed if cfg.share_embeddings else nn.Embedding(vocab_size, d, padding_idx=pad_id)
-        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, d), persistent=False)
+        table = POSITION_TABLES[cfg.positions](cfg.max_positions, d)
+        self.register_buffer("positions", table, persistent=False)
+        # logits = h · Eᵀ + b with output_bias (Marian's final_logits_bias); the paper's output layer has no b.
+        self.output_bias = nn.Parameter(torch.zeros(vocab_size)) if cfg.output_bias else None
         self.dropout = fast_paths.Dropout(cfg.dropout)  # = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers_enc))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.layers_dec))
@@ -295,11 +324,14 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform projections with zero biases, N(0, d^-1/2) embeddings with a zero pad row (fairseq)."""
+        """Xavier-uniform projections with zero biases, N(0, d^-1/2) embeddings with a zero pad row (fairseq), a
+        zero output bias."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
                 nn.init.zeros_(module.bias)
+        if self.output_bias is not None:
+            nn.init.zeros_(self.output_bias)
         for embed in {id(self.src_embed): self.src_embed, id(self.tgt_embed): self.tgt_embed}.values():
             nn.init.normal_(embed.weight, mean=0.0, std=self.cfg.d_model**-0.5)
             with torch.no_grad():
@@ -382,18 +414,20 @@ class Transformer(nn.Module):
         return self.tgt_embed.weight
 
     def output_logits(self, h: Tensor) -> Tensor:
-        """(..., D) decoder states → (..., V) logits = h · Eᵀ, with no bias."""
+        """(..., D) decoder states → (..., V) logits = h · Eᵀ, plus the output bias b where the model has one."""
         if self.output_proj is not None:
             return self.output_proj(h)
-        return fast_paths.tied_projection(h, self.output_weight)  # = F.linear(h, self.output_weight)
+        # = F.linear(h, self.output_weight, self.output_bias)
+        return fast_paths.tied_projection(h, self.output_weight, self.output_bias)
 
     def make_output_projection_a_module(self) -> None:
-        """Give the output projection a module of its own: an nn.Linear (D → V, no bias) whose weight is E itself,
-        not a copy. Conversions that apply to modules then reach it too, and give it a copy of E in their own
-        format while the embedding lookups keep reading E: int8 (`mtx translate --dtype int8`, mtx.model.int8)
-        an int8 copy, the CPU's float32 inference layout (`fast_paths.store_weights_transposed`) a transposed one."""
+        """Give the output projection a module of its own: an nn.Linear (D → V) whose weight is E itself, not a
+        copy, and whose bias is the output bias itself (none where the model has none). Conversions that apply
+        to modules then reach it too, and give it a copy of E in their own format while the embedding lookups
+        keep reading E: int8 (`mtx translate --dtype int8`, mtx.model.int8) an int8 copy, the CPU's float32
+        inference layout (`fast_paths.store_weights_transposed`) a transposed one; both keep the bias."""
         projection = nn.Linear(self.cfg.d_model, self.vocab_size, bias=False, device="meta")
-        projection.weight = self.output_weight
+        projection.weight, projection.bias = self.output_weight, self.output_bias
         self.output_proj = projection
 
     # ---- inference

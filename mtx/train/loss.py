@@ -51,9 +51,10 @@ def _smoothed(nll_sum: Tensor, smooth_sum: Tensor, epsilon: float, vocab: int) -
 
 
 def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float,
-                                  pad_id: int = PAD) -> tuple[Tensor, Tensor, Tensor]:
-    """`label_smoothed_loss(F.linear(hidden, weight), target, ...)` for (N, D) decoder states, the (V, D) output
-    matrix and (N,) targets, computed without ever holding the (N, V) logits.
+                                  pad_id: int = PAD, bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """`label_smoothed_loss(F.linear(hidden, weight, bias), target, ...)` for (N, D) decoder states, the (V, D)
+    output matrix, (N,) targets and the model's (V,) output bias where it has one, computed without ever holding
+    the (N, V) logits.
 
     The logits of a training batch are its largest tensors by far (4,000 target tokens × 8,000 types: 128 MB in
     float32; × 37,000 types on a GPU batch of 25,000 tokens: 3.7 GB), and the unfused loss makes five of their
@@ -62,8 +63,8 @@ def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor
     saves on bench/train.py's batch). So the projection, the loss and its gradient go together,
     `_CHUNK_ELEMENTS` logits at a time in one reused buffer: log-softmax in place, the loss terms, then softmax
     in place and the closed-form gradient with respect to the logits, p − q (q the smoothed target
-    distribution), multiplied at once into the gradients of `hidden` and `weight`. The backward only scales
-    those by the incoming gradient.
+    distribution), multiplied at once into the gradients of `hidden` and `weight`, and summed over the tokens
+    into the gradient of `bias`. The backward only scales those by the incoming gradient.
 
     Under fp16 autocast the plain path is taken: fp16 gradients need the GradScaler's scale applied before they
     are cast, which a gradient computed in the forward cannot have. bf16 (and fp32) have fp32's range.
@@ -74,10 +75,11 @@ def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor
     device = hidden.device.type
     compute = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
     if compute == torch.float16:
-        return label_smoothed_loss(F.linear(hidden, weight), target, epsilon, pad_id)
+        return label_smoothed_loss(F.linear(hidden, weight, bias), target, epsilon, pad_id)
     grad_mode = torch.is_grad_enabled()
-    wanted = (grad_mode and hidden.requires_grad, grad_mode and weight.requires_grad)
-    loss, nll = _ProjectedSmoothedLoss.apply(hidden, weight, target, epsilon, pad_id, compute, wanted)
+    wanted = (grad_mode and hidden.requires_grad, grad_mode and weight.requires_grad,
+              grad_mode and bias is not None and bias.requires_grad)
+    loss, nll = _ProjectedSmoothedLoss.apply(hidden, weight, bias, target, epsilon, pad_id, compute, wanted)
     return loss, nll, (target != pad_id).sum()
 
 
@@ -88,12 +90,13 @@ _CHUNK_ELEMENTS = {"cpu": 2**23, "cuda": 2**28}
 
 class _ProjectedSmoothedLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
-                compute: torch.dtype, wanted: tuple[bool, bool]) -> tuple[Tensor, Tensor]:
+    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, epsilon: float,
+                pad_id: int, compute: torch.dtype, wanted: tuple[bool, bool, bool]) -> tuple[Tensor, Tensor]:
         n, vocab = hidden.shape[0], weight.shape[0]
         other = epsilon / (vocab - 1)  # q of every token but the reference, which gets 1 − ε
         grad_hidden = torch.empty_like(hidden) if wanted[0] else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if wanted[1] else None
+        grad_bias = torch.zeros_like(bias, dtype=torch.float32) if wanted[2] else None
         rows = max(1, _CHUNK_ELEMENTS.get(hidden.device.type, 2**28) // vocab)
         nll_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
         all_sum = torch.zeros_like(nll_sum)  # Σ over tokens of Σ_v −log p(v)
@@ -102,21 +105,27 @@ class _ProjectedSmoothedLoss(torch.autograd.Function):
         in_place = compute == torch.float32
         buffer = hidden.new_empty(min(rows, n), vocab, dtype=torch.float32) if in_place else None
         with torch.autocast(hidden.device.type, enabled=False):
-            w = weight.to(compute)
+            w, b = weight.to(compute), None if bias is None else bias.to(compute)
             for start in range(0, n, rows):
                 chunk = slice(start, start + rows)
                 h, t = hidden[chunk].to(compute), target[chunk, None]
-                logits = torch.mm(h, w.t(), out=buffer[: len(h)]) if in_place else torch.mm(h, w.t()).float()
+                if in_place:
+                    out = buffer[: len(h)]
+                    logits = torch.mm(h, w.t(), out=out) if b is None else torch.addmm(b, h, w.t(), out=out)
+                else:
+                    logits = (torch.mm(h, w.t()) if b is None else torch.addmm(b, h, w.t())).float()
                 lprobs = torch.log_softmax(logits, dim=-1, out=logits)
                 # Padding is masked by multiplying per-token values, never by testing whether there is any:
                 # on a GPU that test would make the host wait for the device.
                 keep = (t != pad_id).to(torch.float32)  # (rows, 1)
                 nll_sum -= (lprobs.gather(1, t) * keep).sum()
                 all_sum -= (lprobs.sum(1, keepdim=True) * keep).sum()
-                if grad_hidden is None and grad_weight is None:
+                if grad_hidden is None and grad_weight is None and grad_bias is None:
                     continue
                 grad = torch.softmax(lprobs, dim=-1, out=lprobs).sub_(other)
                 grad.scatter_add_(1, t, grad.new_full(t.shape, other - (1.0 - epsilon)))
+                if grad_bias is not None:  # Σ over the chunk's target tokens of the logits' gradient, in float32
+                    grad_bias.addmv_(grad.t(), keep[:, 0])
                 grad = grad.to(compute)  # a padding row's gradient is zeroed below, at its (rows, D) products
                 if grad_hidden is not None:
                     if in_place:
@@ -129,19 +138,22 @@ class _ProjectedSmoothedLoss(torch.autograd.Function):
                         grad_weight.addmm_(grad.t(), h)
                     else:
                         grad_weight += torch.mm(grad.t(), h).float()
-        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.weight_dtype = weight.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.mark_non_differentiable(nll_sum)
         return _smoothed(nll_sum, all_sum, epsilon, vocab), nll_sum
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        grad_hidden, grad_weight = ctx.saved_tensors
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
         if grad_hidden is not None:
             grad_hidden = grad_hidden * grad_loss
         if grad_weight is not None:
             grad_weight = (grad_weight * grad_loss).to(ctx.weight_dtype)
-        return grad_hidden, grad_weight, None, None, None, None, None
+        if grad_bias is not None:
+            grad_bias = (grad_bias * grad_loss).to(ctx.bias_dtype)
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None
 
 
 def batch_loss(model: Transformer, batch: Batch, epsilon: float, run: nn.Module | None = None
@@ -151,9 +163,11 @@ def batch_loss(model: Transformer, batch: Batch, epsilon: float, run: nn.Module 
     The model's forward pass gives its final decoder states at the target tokens only (`Transformer.forward`'s
     `tgt_positions`), so the output projection and the loss, forward and backward, skip the batch's target
     padding, and `projected_label_smoothed_loss` projects them with the model's output matrix
-    (`Transformer.output_weight`). `run`, when given, is the module that runs that forward pass: the model's
-    DistributedDataParallel or `torch.compile` wrapper, which shares the model's parameters. A batch whose
-    sources have no padding passes no source mask (`Batch.src_pad_if_any`).
+    (`Transformer.output_weight`) and output bias (`Transformer.output_bias`, None in the paper's model). `run`,
+    when given, is the module that runs that forward pass: the model's DistributedDataParallel or `torch.compile`
+    wrapper, which shares the model's parameters. A batch whose sources have no padding passes no source mask
+    (`Batch.src_pad_if_any`).
     """
     states = (model if run is None else run)(batch.src, batch.src_pad_if_any, batch.tgt_in, batch.tgt_positions)
-    return projected_label_smoothed_loss(states, model.output_weight, batch.tgt_tokens, epsilon)
+    return projected_label_smoothed_loss(states, model.output_weight, batch.tgt_tokens, epsilon,
+                                         bias=model.output_bias)

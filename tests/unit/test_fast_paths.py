@@ -120,15 +120,18 @@ SLICED_D, SLICED_VOCAB = 256, 2560
 def test_sliced_output_projection_equals_one_matmul(dtype: torch.dtype) -> None:
     """Decoding on a CPU projects onto the embedding matrix a slice at a time; the slices, the partial last
     one included, must put together exactly the logits of one F.linear over the whole matrix, for a decoding
-    step's (B, 1, D) states and for flat (N, D) ones."""
+    step's (B, 1, D) states and for flat (N, D) ones, with and without an output bias."""
     g = torch.Generator().manual_seed(1)
     weight = torch.randn(SLICED_VOCAB, SLICED_D, generator=g).to(dtype)
     assert weight.numel() * weight.element_size() > SLICE_BYTES  # more than one slice
     assert (weight.numel() * weight.element_size()) % SLICE_BYTES  # the last slice is partial
+    bias = torch.randn(SLICED_VOCAB, generator=g).to(dtype)
     for shape in ((6, 1, SLICED_D), (11, SLICED_D)):
         h = torch.randn(shape, generator=g).to(dtype)
         with torch.no_grad():
             torch.testing.assert_close(tied_projection(h, weight), F.linear(h, weight))
+            # a model's output bias (model.output_bias) is sliced with the matrix's rows
+            torch.testing.assert_close(tied_projection(h, weight, bias), F.linear(h, weight, bias))
 
 
 # ------------------------------------------------------------------------- the weights' layout for inference

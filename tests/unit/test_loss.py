@@ -163,21 +163,25 @@ def projection_example(n: int = 23, d: int = 8, seed: int = 0) -> tuple[torch.Te
 @pytest.mark.parametrize("chunk_elements", [VOCAB, 5 * VOCAB, 2**23])  # one row per chunk, several, all at once
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 @pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("biased", [False, True])  # a model with model.output_bias
 def test_projected_loss_equals_the_loss_of_the_logits(monkeypatch, chunk_elements: int, epsilon: float,
-                                                      padded: bool) -> None:
-    """The fused, chunked projection + loss: same values and same gradients as projecting, then the loss,
-    through autograd; padding targets count for nothing; the incoming gradient scales the result."""
+                                                      padded: bool, biased: bool) -> None:
+    """The fused, chunked projection + loss: same values and same gradients (the output bias' among them) as
+    projecting, then the loss, through autograd; padding targets count for nothing; the incoming gradient
+    scales the result."""
     monkeypatch.setitem(loss_module._CHUNK_ELEMENTS, "cpu", chunk_elements)
     hidden, weight, target = projection_example()
+    bias = torch.randn(VOCAB, generator=torch.Generator().manual_seed(5)) if biased else None
     if padded:
         target[[2, 3, 17]] = PAD
     results = []
-    for compute in (lambda h, w: label_smoothed_loss(F.linear(h, w), target, epsilon),
-                    lambda h, w: projected_label_smoothed_loss(h, w, target, epsilon)):
+    for compute in (lambda h, w, b: label_smoothed_loss(F.linear(h, w, b), target, epsilon),
+                    lambda h, w, b: projected_label_smoothed_loss(h, w, target, epsilon, bias=b)):
         h, w = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
-        loss, nll, n_tokens = compute(h, w)
+        b = None if bias is None else bias.clone().requires_grad_(True)
+        loss, nll, n_tokens = compute(h, w, b)
         (2.5 * loss).backward()
-        results.append((loss, nll, n_tokens, h.grad, w.grad))
+        results.append((loss, nll, n_tokens, h.grad, w.grad, None if b is None else b.grad))
         assert not nll.requires_grad
     for ours, reference in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
@@ -222,16 +226,18 @@ def test_projected_loss_without_gradients_computes_none(monkeypatch, chunk_eleme
 
 def test_projected_loss_under_bf16_autocast_tracks_the_unfused_one() -> None:
     """bf16 autocast (here on the CPU, as on a GPU): bf16 matmuls, float32 softmax and loss, float32 gradients
-    for float32 parameters; within bf16 rounding of the plain path under the same autocast."""
+    for float32 parameters (an output bias among them); within bf16 rounding of the plain path under the same
+    autocast."""
     hidden, weight, target = projection_example(n=64, d=32)
+    bias = torch.randn(VOCAB, generator=torch.Generator().manual_seed(5))
     results = []
-    for compute in (lambda h, w: label_smoothed_loss(F.linear(h, w), target, 0.1),
-                    lambda h, w: projected_label_smoothed_loss(h, w, target, 0.1)):
-        h, w = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    for compute in (lambda h, w, b: label_smoothed_loss(F.linear(h, w, b), target, 0.1),
+                    lambda h, w, b: projected_label_smoothed_loss(h, w, target, 0.1, bias=b)):
+        h, w, b = (t.clone().requires_grad_(True) for t in (hidden, weight, bias))
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = compute(h, w)[0]
+            loss = compute(h, w, b)[0]
         loss.backward()
-        results.append((loss, h.grad, w.grad))
+        results.append((loss, h.grad, w.grad, b.grad))
     for ours, reference in zip(results[1], results[0], strict=True):
         assert ours.dtype == torch.float32
         torch.testing.assert_close(ours, reference, rtol=2e-2, atol=2e-2)

@@ -9,11 +9,13 @@ import pytest
 import torch
 from support import TINY_VOCAB, tiny_model
 
+from mtx.config.model import ModelConfig, resolve_model
 from mtx.data.lexicon import Lexicon
 from mtx.decode.forced import forced_scores
 from mtx.decode.search import Constraints, LengthPenalty, Sampling, search
 from mtx.decode.shortlist import Shortlist, ShortlistDecoder, union_projection
 from mtx.decode.translator import prepare_model
+from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD
 
 
@@ -70,6 +72,25 @@ def test_an_int8_model_projects_onto_its_own_int8_rows_of_the_shortlist() -> Non
     union = torch.tensor([0, 1, 2, 7, 30, 31, TINY_VOCAB - 1])
     hidden = torch.randn(5, m.cfg.d_model)
     assert torch.equal(union_projection(m, union)(hidden), m.output_logits(hidden)[:, union])
+    every = Lexicon(np.tile(np.arange(TINY_VOCAB, dtype=np.int32), (TINY_VOCAB, 1)), np.zeros(0, np.int32), 0)
+    whole = decode(m, SOURCES, None, beam=4)
+    listed = decode(m, SOURCES, Shortlist(every, TINY_VOCAB, 0), beam=4)
+    assert [[h.tokens for h in n] for n in listed] == [[h.tokens for h in n] for n in whole]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "int8"])
+def test_a_model_with_an_output_bias_projects_onto_its_bias_entries_of_the_shortlist(dtype: str) -> None:
+    """model.output_bias (an imported Marian model's final_logits_bias): each token's logit keeps its own bias."""
+    torch.manual_seed(3)
+    cfg = resolve_model(ModelConfig(preset="tiny", d_model=32, heads=4, d_ff=64, max_positions=64, output_bias=True))
+    m = Transformer(cfg, TINY_VOCAB).eval()
+    with torch.no_grad():
+        m.output_bias.normal_(std=3.0)
+    m = prepare_model(m, torch.device("cpu"), dtype)
+    union = torch.tensor([0, 1, 2, 7, 30, 31, TINY_VOCAB - 1])
+    hidden = torch.randn(5, m.cfg.d_model)
+    with torch.no_grad():
+        torch.testing.assert_close(union_projection(m, union)(hidden), m.output_logits(hidden)[:, union])
     every = Lexicon(np.tile(np.arange(TINY_VOCAB, dtype=np.int32), (TINY_VOCAB, 1)), np.zeros(0, np.int32), 0)
     whole = decode(m, SOURCES, None, beam=4)
     listed = decode(m, SOURCES, Shortlist(every, TINY_VOCAB, 0), beam=4)
