@@ -7,7 +7,9 @@ docstring the map of its modules. A lower stage never imports a higher one (test
     files        atomic writes: a file is complete or absent
     lock_file    one writer at a time: a lock file with a heartbeat, across a cluster's machines
     devices      one decision of device and precision for training and translation
-    tokenizer    the joint subword vocabulary in its styles, and its normalisation
+    subword      what every vocabulary shares: the special ids, normalised text, the words of pieces
+    tokenizer    the joint subword vocabulary in its styles
+    spm_tokenizer  an imported MarianMT model's pair of SentencePiece models and its vocabulary
     checkpoint   the checkpoint file format: written atomically, read with clear errors, averaged
     config/      recipes: YAML in, validated dataclasses out
     data/        from a recipe's corpora to memory-mapped token splits (`mtx prepare`)

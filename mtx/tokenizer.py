@@ -41,17 +41,23 @@ import functools
 import hashlib
 import json
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer as HfTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
-SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # in id order
-METASPACE = "▁"
+# The shared facts, kept importable from here (`X as X`: named for the modules that import them from mtx.tokenizer).
+from mtx.subword import BOS as BOS
+from mtx.subword import EOS as EOS
+from mtx.subword import METASPACE, SPECIAL_TOKENS, UNK, normalize_text, word_of_each_piece
+from mtx.subword import PAD as PAD
+
+if TYPE_CHECKING:
+    from mtx.spm_tokenizer import SpmPairTokenizer
+
 BYTE_LEVEL_SPACE = "Ġ"  # how a byte-level vocabulary spells the space byte: its tokens' word mark
 _METASPACE_STAND_IN = "\x01"  # what a literal "▁" is while encoded: normalize_text removes every U+0001
 BYTE_TOKENS = [f"<0x{byte:02X}>" for byte in range(256)]  # metaspace's byte fallback, in byte order
@@ -59,19 +65,6 @@ _BYTE_TOKEN = re.compile(r"<0x([0-9A-F]{2})>")
 _ALPHABET_LIMIT = 1000  # metaspace: the most frequent characters that are symbols; the rest are bytes
 _REPEATS = 4096  # unigram training: the copies of a counted word in one string handed to the trainer
 _FALLBACK_SCORE = -1e9  # a unigram score no segmentation of ordinary text prefers: see `_metaspace_unigram`
-
-# C0/C1 control characters that are not whitespace (those are collapsed separately), and the byte-order mark.
-_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\ufeff]")
-
-
-def normalize_text(text: str) -> str:
-    """NFC, no control characters, single spaces, no leading or trailing space.
-
-    Applied to every sentence before training and translation, so the model never sees two spellings of the
-    same text (composed vs decomposed umlauts, tabs vs spaces) and a line always stays one line.
-    """
-    text = unicodedata.normalize("NFC", _CONTROL.sub("", text))
-    return " ".join(text.split())
 
 
 def why_not_a_tag(text: str) -> str | None:
@@ -125,33 +118,6 @@ def byte_level_spelling() -> dict[str, int]:
 
 
 _BYTE_OF = byte_level_spelling()
-
-
-def word_of_each_piece(pieces: list[str]) -> list[int | None]:
-    """For the text pieces whose concatenation is a sentence, the index of the word of
-    `normalize_text(sentence)` where each piece's first visible character falls; None for a piece that shows
-    none (a lone space, a control character). An empty piece (a token holding the later bytes of a character
-    that an earlier one starts) belongs to the word of the character before it.
-
-    The words are those `normalize_text` separates: control characters removed, then runs of whitespace
-    split. Its NFC composition neither joins nor splits words, so the words counted here are its words.
-    """
-    words, in_word, owners = 0, False, []  # words begun so far; whether the last character is part of one
-    for piece in pieces:
-        if not piece:
-            owners.append(words - 1 if in_word else None)
-            continue
-        visible = _CONTROL.sub("", piece)
-        words_in_piece = visible.split()
-        if not words_in_piece:  # whitespace alone ends a word; control characters alone change nothing
-            owners.append(None)
-            in_word = in_word and not visible
-            continue
-        continues = in_word and not visible[0].isspace()
-        owners.append(words - 1 if continues else words)
-        words += len(words_in_piece) - continues
-        in_word = not visible[-1].isspace()
-    return owners
 
 
 def _bytelevel_bpe(lines: Iterable[str], vocab_size: int, min_frequency: int, specials: list[str]) -> HfTokenizer:
@@ -333,11 +299,17 @@ class Tokenizer:
         return cls(_metaspace_unigram(lines, vocab_size, specials))
 
     @classmethod
-    def from_str(cls, json_text: str) -> Tokenizer:
+    def from_str(cls, json_text: str) -> Tokenizer | SpmPairTokenizer:
+        """The tokenizer `to_str` wrote: mtx's own, or an imported SentencePiece pair (mtx.spm_tokenizer), which
+        checkpoints and data folders store in the same place."""
+        from mtx.spm_tokenizer import SpmPairTokenizer  # here: sentencepiece is loaded only for an imported pair
+
+        if SpmPairTokenizer.wrote(json_text):
+            return SpmPairTokenizer.from_str(json_text)
         return cls(HfTokenizer.from_str(json_text))
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Tokenizer:
+    def from_file(cls, path: str | Path) -> Tokenizer | SpmPairTokenizer:
         return cls.from_str(Path(path).read_text(encoding="utf-8"))
 
     def to_str(self) -> str:
@@ -381,6 +353,11 @@ class Tokenizer:
             ids.append(self._tag_ids[first])
             text = rest
         return ids, text
+
+    def normalize(self, text: str) -> str:
+        """The text this vocabulary reads for a line of input: `normalize_text`'s, as the text it was learnt on.
+        Callers hand `encode` this, never the raw line (an imported SentencePiece pair reads the raw line)."""
+        return normalize_text(text)
 
     def token_strings(self) -> list[str]:
         """The vocabulary as strings in id order: how CTranslate2 names tokens."""

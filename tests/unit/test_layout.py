@@ -24,7 +24,7 @@ PACKAGE = ROOT / "mtx"
 # may tie several stages together: `mtx config` counts the model's parameters).
 LAYERS: list[set[str]] = [
     {"mtx", "mtx.errors", "mtx.files"},
-    {"mtx.config", "mtx.tokenizer", "mtx.spm_tokenizer", "mtx.devices"},
+    {"mtx.config", "mtx.subword", "mtx.tokenizer", "mtx.spm_tokenizer", "mtx.devices"},
     {"mtx.score", "mtx.data"},
     {"mtx.model"},
     {"mtx.checkpoint"},
