@@ -29,8 +29,9 @@ fine-tuning text differs from what MarianTokenizer would read only in those char
 False)`: the special tokens (pad, eos, unk) dropped, the pieces joined by target.spm (a piece it does not know
 stays as it is spelled), "▁" made a space, the ends stripped, and transformers' clean-up of spaces before
 punctuation where the folder's tokenizer_config.json asks for it. (transformers 5.25's own default for a joint
-vocabulary is the source model; a target model is what spells a translation's pieces.) A language code a model
-produced is text to MarianTokenizer's decoder, and is here; `pieces` counts it as a tag, which adds no text.
+vocabulary joins them with source.spm, which gives the same text: a piece either model lacks is kept as spelled,
+and "▁" becomes a space either way.) A language code a model produced is text to MarianTokenizer's decoder, and
+is here; `pieces` counts it as a tag, which adds no text.
 
 The ids are not Marian's. mtx's vocabulary keeps its four special ids (mtx.subword), so an imported vocabulary
 has one id more than Marian's (`marian_order`): mtx 0 is a padding row Marian lacks; mtx 1, BOS, is Marian's

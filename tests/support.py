@@ -608,3 +608,49 @@ def load_probe(offset: int) -> Probe:
     """A worker's `load`: one thread, as a worker of the torch engine on a CPU has."""
     torch.set_num_threads(1)
     return Probe(offset)
+
+
+# MarianMT (OPUS-MT) tokenizer folders built here, with SentencePiece models trained on the demo corpus: for the
+# imported tokenizer's tests (mtx.spm_tokenizer) and, with a model's weights beside them, mtx import's.
+
+MARIAN_LANGUAGES = ("fra", "deu", "spa")  # the language codes (>>fra<<) a multilingual folder's vocabulary holds
+
+
+def marian_tokenizer_folder(directory: Path, pairs: int = 1000, source_pieces: int = 200, target_pieces: int = 250,
+                            languages: tuple[str, ...] = (), seed: int = 1) -> Path:
+    """A MarianMT tokenizer folder in `directory`, made as OPUS-MT's are and saved by transformers'
+    MarianTokenizer: source.spm (English) and target.spm (German), SentencePiece unigram models with the nmt_nfkc
+    rule trained on `pairs` demo pairs, and vocab.json, "</s>" 0 and "<unk>" 1, then the pieces of both models,
+    then the codes `>>{lang}<<` of `languages` (a multilingual model's), "<pad>" last. The same arguments make
+    the same files."""
+    import io
+
+    import sentencepiece
+    from transformers import MarianTokenizer
+
+    from mtx.data.demo import sample_pairs
+
+    directory.mkdir(parents=True, exist_ok=True)
+    demo = sample_pairs(pairs, seed)
+    models = {}
+    for name, lines, size in (("source.spm", [p.en for p in demo], source_pieces),
+                              ("target.spm", [p.de for p in demo], target_pieces)):
+        model = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines), model_writer=model, vocab_size=size, model_type="unigram",
+            normalization_rule_name="nmt_nfkc", character_coverage=1.0, num_threads=1, minloglevel=2)
+        models[name] = model.getvalue()
+        (directory / name).write_bytes(models[name])
+    vocab = {"</s>": 0, "<unk>": 1}
+    for model in models.values():
+        processor = sentencepiece.SentencePieceProcessor(model_proto=model)
+        for i in range(processor.get_piece_size()):
+            if not (processor.is_control(i) or processor.is_unknown(i)):
+                vocab.setdefault(processor.id_to_piece(i), len(vocab))
+    for lang in languages:
+        vocab[f">>{lang}<<"] = len(vocab)
+    vocab["<pad>"] = len(vocab)
+    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    MarianTokenizer(source_spm=str(directory / "source.spm"), target_spm=str(directory / "target.spm"),
+                    vocab=str(directory / "vocab.json"), source_lang="en", target_lang="de").save_pretrained(directory)
+    return directory
