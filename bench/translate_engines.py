@@ -129,7 +129,7 @@ def direct_system(translator, facts: ModelFacts, request: Request, lines: list[s
     one asynchronous translate_batch call per output limit (a·n + b; a call has one max_decoding_length), all
     submitted at once and each cut into batches of `batch_tokens` tokens; with max_len_a 0, one call of the whole
     file. Outputs detokenised as the engine does, untimed."""
-    tokens = token_strings(_hf_tokenizer(facts), facts.limits.vocab_size)
+    tokens = token_strings(facts.tokenizer, facts.limits.vocab_size)
     encoded = facts.encode(lines)
     groups: dict[int, list[int]] = {}  # output limit → the lines that have it
     for i, ids in enumerate(encoded):
@@ -157,12 +157,6 @@ def direct_system(translator, facts: ModelFacts, request: Request, lines: list[s
         return outputs, seconds
 
     return translate
-
-
-def _hf_tokenizer(facts: ModelFacts):
-    from tokenizers import Tokenizer as HfTokenizer
-
-    return HfTokenizer.from_str(facts.tokenizer.to_str())
 
 
 def check_agreement(systems: dict[str, System]) -> None:

@@ -235,12 +235,13 @@ def sentences(n: int, rng: random.Random) -> list[str]:
     return [" ".join(rng.choice(COPY_WORDS) for _ in range(rng.randint(2, 7))) for _ in range(n)]
 
 
-def train_copy_model(pairs: list[list[int]], vocab_size: int, steps: int = 250) -> Transformer:
-    """A few hundred Adam steps of teacher-forced cross-entropy: enough to copy word sequences exactly."""
+def train_copy_model(pairs: list[list[int]], vocab_size: int, steps: int = 250, **options) -> Transformer:
+    """A few hundred Adam steps of teacher-forced cross-entropy: enough to copy word sequences exactly. `options`:
+    model options on top of the copy model's shape (e.g. activation="swish")."""
     torch.manual_seed(0)
     rng = random.Random(1)
     cfg = resolve_model(ModelConfig(preset="tiny", d_model=64, heads=4, d_ff=128, layers_enc=2, layers_dec=1,
-                                    dropout=0.0, max_positions=COPY_MAX_POSITIONS))
+                                    dropout=0.0, max_positions=COPY_MAX_POSITIONS, **options))
     model = Transformer(cfg, vocab_size)
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, betas=(0.9, 0.98))
     warmup = 20
@@ -259,13 +260,13 @@ def train_copy_model(pairs: list[list[int]], vocab_size: int, steps: int = 250) 
     return model.eval()
 
 
-def copy_task(held_out: int) -> tuple[Transformer, Tokenizer, list[str]]:
+def copy_task(held_out: int, **options) -> tuple[Transformer, Tokenizer, list[str]]:
     """The copy model trained on 3,000 sentences of `COPY_WORDS`, its tokenizer, and `held_out` sentences it has not
-    seen (the same model and, of equal counts, the same sentences every time)."""
+    seen (the same model and, of equal counts, the same sentences every time); `options` as `train_copy_model`'s."""
     rng = random.Random(0)
     train, unseen = sentences(3000, rng), sentences(held_out, rng)
     tokenizer = Tokenizer.train(train, vocab_size=300, style="bytelevel")  # the task's bars were set with it
-    return train_copy_model(tokenizer.encode_batch(train), tokenizer.vocab_size), tokenizer, unseen
+    return train_copy_model(tokenizer.encode_batch(train), tokenizer.vocab_size, **options), tokenizer, unseen
 
 
 def translate_cli(args: list[str], stdin: bytes | None = None):

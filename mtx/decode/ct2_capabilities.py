@@ -35,6 +35,9 @@ every test sentence; tests/integration/test_ct2_engine.py keeps each one):
   aligning layer, any other refused.
 
 Ensembles (several -m) are refused when the engine opens (mtx.decode.ct2_engine): CTranslate2 decodes one model.
+No model is refused for its options (mtx.config.model's activation, output bias, embedding scale and position
+layout, which imported MarianMT models use): CTranslate2's spec holds each, and the conversion writes them
+(mtx.decode.ct2_folder), so a model with them decodes to torch's greedy tokens (tests/integration/test_ct2_engine.py).
 This module imports neither torch nor CTranslate2: the server checks requests with it.
 """
 

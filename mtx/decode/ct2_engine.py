@@ -62,7 +62,7 @@ class Ct2Engine:
         self.parallelism: int = translator.num_translators
         self.stats = TranslationStats()
         self._counting = threading.Lock()  # stats are added to from every calling thread
-        self.tokens = token_strings(_hf_tokenizer(facts), facts.limits.vocab_size)
+        self.tokens = token_strings(facts.tokenizer, facts.limits.vocab_size)
         self.ids = {token: i for i, token in enumerate(self.tokens)}
 
     def _refuse(self, request: Request) -> None:
@@ -180,7 +180,7 @@ class Ct2Engine:
         started = time.perf_counter()
         encoded = self.facts.encode(sentences, request.target_lang)
         present = [i for i, ids in enumerate(encoded) if ids is not None]
-        given = self.facts.tokenizer.encode_batch([normalize_text(translations[i]) for i in present])
+        given = self.facts.tokenizer.encode_batch([normalize_text(translations[i]) for i in present], target=True)
         results: list[Scored] = [None] * len(sentences)
         todo = []
         for i, ids in zip(present, given, strict=True):
@@ -215,12 +215,6 @@ class Ct2Engine:
 
     def close(self) -> None:
         self.translator.unload_model()
-
-
-def _hf_tokenizer(facts: ModelFacts):
-    from tokenizers import Tokenizer as HfTokenizer
-
-    return HfTokenizer.from_str(facts.tokenizer.to_str())
 
 
 def open_ct2_engine(checkpoints: Sequence[Path], *, device: str, dtype: Dtype, threads: int, batch_tokens: int,

@@ -1,10 +1,12 @@
 """An mtx Transformer as a CTranslate2 model folder, and the cache of them the `ct2` engine decodes with.
 
 CTranslate2's `TransformerSpec` describes the paper's encoder-decoder in both of mtx's variants, post-norm and
-pre-norm (with the final LayerNorm of each stack), so the spec is filled from mtx's weights directly, with no
-intermediate model: mtx's packed Q/K/V and K/V matrices are CTranslate2's fused ones, in the same order; the
-sinusoidal table is mtx's own (interleaved sines and cosines), stored in the model rather than recomputed;
-the output projection is the target embedding; decoding starts from BOS, as mtx's does. Quantization
+pre-norm (with the final LayerNorm of each stack), and with each of the model options that published models need
+(mtx.config.model: the feed-forward activation, the embedding scale, the position layout, the output bias), so
+the spec is filled from mtx's weights directly, with no intermediate model: mtx's packed Q/K/V and K/V matrices
+are CTranslate2's fused ones, in the same order; the sinusoidal table is the model's own, in its layout, stored
+in the model rather than recomputed; the output projection is the target embedding, plus the output bias where
+the model has one; decoding starts from BOS, as mtx's does. Quantization
 (`INT8_QUANTIZATIONS` and the half formats) happens while saving. `mtx export --to ctranslate2`
 (mtx.export.ctranslate2) writes such a folder for users; the `ct2` engine (mtx.decode.ct2_engine) converts one
 once per checkpoint and keeps it (`converted_folder`).
@@ -37,16 +39,20 @@ import os
 import re
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from tokenizers import Tokenizer as HfTokenizer
 from torch import Tensor, nn
 
 from mtx.errors import MtxError
 from mtx.model.transformer import Transformer
-from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, UNK
+from mtx.tokenizer import BOS, EOS, SPECIAL_TOKENS, UNK, Tokenizer
+
+if TYPE_CHECKING:
+    from mtx.spm_tokenizer import SpmPairTokenizer
 
 INT8_QUANTIZATIONS = ("int8", "int8_float16")
 INT8_WEIGHT_LEVELS = 64  # the widest int8 weights whose products cannot saturate oneDNN's u8/s8 GEMM
@@ -54,20 +60,26 @@ LAYER_NORM_EPS = 1e-5  # mtx's LayerNorm keeps torch's default epsilon
 HASH_CHUNK = 1 << 22  # bytes of the checkpoint read at a time while hashing it
 
 
-def token_strings(tokenizer: HfTokenizer, vocab_size: int) -> list[str]:
-    """The model's vocabulary as strings in id order, which is how CTranslate2 names tokens.
+def token_strings(tokenizer: Tokenizer | SpmPairTokenizer, vocab_size: int) -> list[str]:
+    """The model's vocabulary as strings in id order (`tokenizer.token_strings()`), which is how CTranslate2
+    names tokens.
 
     Byte-level BPE spells every byte with a printable character, and metaspace spells the space as "▁" and
-    bytes as "<0xNN>" (`normalize_text` leaves it no other whitespace to learn), so no token holds a space or a
-    line break, which CTranslate2's one-token-a-line vocabulary files could not store.
+    bytes as "<0xNN>" (`normalize_text` leaves it no other whitespace to learn), as SentencePiece spells the
+    space as "▁", so no token holds a space or a line break, which CTranslate2's one-token-a-line vocabulary
+    files could not store; and no two ids share a string, which would make CTranslate2's names ambiguous.
     """
-    if tokenizer.get_vocab_size() != vocab_size:
-        raise MtxError(f"The checkpoint's tokenizer has {tokenizer.get_vocab_size():,} tokens but its model "
-                       f"{vocab_size:,} embedding rows: the checkpoint is inconsistent and cannot be exported.")
-    tokens = [tokenizer.id_to_token(i) for i in range(vocab_size)]
-    if any(token is None or re.search(r"\s", token) for token in tokens):
+    tokens = tokenizer.token_strings()
+    if len(tokens) != vocab_size:
+        raise MtxError(f"The checkpoint's tokenizer has {len(tokens):,} tokens but its model {vocab_size:,} "
+                       "embedding rows: the checkpoint is inconsistent and cannot be exported.")
+    if any(re.search(r"\s", token) for token in tokens):
         raise MtxError("The checkpoint's tokenizer has a token holding whitespace, which CTranslate2's "
                        "vocabulary files cannot store.")
+    if len(set(tokens)) != len(tokens):
+        twice = next(token for token, count in Counter(tokens).items() if count > 1)
+        raise MtxError(f"The checkpoint's tokenizer spells two tokens {twice!r}: CTranslate2 names tokens by their "
+                       "strings, so it cannot tell them apart.")
     return tokens
 
 
@@ -82,16 +94,19 @@ def ctranslate2_spec(model: Transformer, tokens: list[str], alignment_layer: int
     cfg = model.cfg
     pre_norm = cfg.norm == "pre"
     aligning = {} if alignment_layer is None else {"alignment_layer": alignment_layer, "alignment_heads": cfg.heads}
+    activation = {"relu": common_spec.Activation.RELU, "swish": common_spec.Activation.SWISH,
+                  "gelu": common_spec.Activation.GELU}[cfg.activation]  # GELU: the erf form (GELUTanh the other)
     spec = transformer_spec.TransformerSpec.from_config(
-        (cfg.layers_enc, cfg.layers_dec), cfg.heads, pre_norm=pre_norm, activation=common_spec.Activation.RELU,
-        **aligning)
-    positions = _array(model.positions)
+        (cfg.layers_enc, cfg.layers_dec), cfg.heads, pre_norm=pre_norm, activation=activation, **aligning)
+    positions = _array(model.positions)  # in the model's layout: interleaved or in halves
     for stack in (spec.encoder, spec.decoder):
-        stack.scale_embeddings = True  # by √d_model, as mtx's `embed_scale`
+        stack.scale_embeddings = cfg.scale_embeddings  # true: by √d_model, as mtx's `embed_scale`; false: by 1
         stack.position_encodings.encodings = positions
     spec.encoder.embeddings[0].weight = _array(model.src_embed.weight)
     spec.decoder.embeddings.weight = _array(model.tgt_embed.weight)
     spec.decoder.projection.weight = spec.decoder.embeddings.weight
+    if model.output_bias is not None:
+        spec.decoder.projection.bias = _array(model.output_bias)
     if pre_norm:
         _set_norm(spec.encoder.layer_norm, model.encoder_norm)
         _set_norm(spec.decoder.layer_norm, model.decoder_norm)
@@ -246,9 +261,8 @@ def converted_folder(checkpoint: Path, quantization: str | None, alignment_layer
     def convert(folder: Path) -> None:
         from mtx.checkpoint import load_model
 
-        model, _, stored = load_model(checkpoint)
-        tokens = token_strings(HfTokenizer.from_str(stored["tokenizer"]), model.vocab_size)
-        convert_to_ctranslate2(model, tokens, folder, quantization, alignment_layer)
+        model, tokenizer, _ = load_model(checkpoint)
+        convert_to_ctranslate2(model, token_strings(tokenizer, model.vocab_size), folder, quantization, alignment_layer)
 
     return cached_folder(checkpoint, cache_key(checkpoint, quantization, alignment_layer, ctranslate2.__version__),
                          convert, log)

@@ -15,7 +15,7 @@ from mtx.data.lexicon import Lexicon
 from mtx.decode.ct2_folder import INT8_WEIGHT_LEVELS, convert_to_ctranslate2, token_strings
 from mtx.export.tokenizer import TOKENIZER_NOTE, exported_tokenizer
 from mtx.model.transformer import Transformer
-from mtx.tokenizer import PAD
+from mtx.tokenizer import PAD, Tokenizer
 
 QUANTIZATIONS = ("int8", "int8_float16", "float16", "bfloat16")
 
@@ -25,7 +25,7 @@ def save_ctranslate2_folder(model: Transformer, tokenizer_json: str, folder: Pat
     """The CTranslate2 model and, beside it, the tokenizer its README uses; with `shortlist` (a lexical table
     and the decoding options that say how much of it to use), its vocabulary map too (`write_vocabulary_map`)."""
     tokenizer = exported_tokenizer(tokenizer_json)
-    tokens = token_strings(tokenizer, model.vocab_size)
+    tokens = token_strings(Tokenizer.from_str(tokenizer_json), model.vocab_size)
     convert_to_ctranslate2(model, tokens, folder, quantization)
     tokenizer.save(str(folder / "tokenizer.json"))
     if shortlist is not None:

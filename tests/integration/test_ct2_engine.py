@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import translate_cli
+from support import copy_task, translate_cli
 
-from mtx.checkpoint import load_model
+from mtx.checkpoint import load_model, make_checkpoint, save_checkpoint
 from mtx.decode.ct2_folder import cache_key, cached_folder
 from mtx.decode.engines import refusal
 from mtx.decode.facts import ModelFacts
@@ -73,6 +73,29 @@ def test_greedy_float32_gives_torchs_tokens_log_probs_and_doubts(setup: dict) ->
             assert a.score == pytest.approx(b.score, abs=1e-4)
             assert a.doubts == b.doubts
     assert ours[-2] == [] and "truncated" in ours[-1][0].doubts
+
+
+def test_a_model_with_the_options_of_published_models_gives_torchs_greedy_tokens(tmp_path: Path) -> None:
+    """A copy model trained with every option a MarianMT model may need that is not the paper's (swish, an output
+    bias, unscaled embeddings, positions in halves), converted: CTranslate2's greedy tokens and log-probabilities
+    are torch's. tests/integration/test_export.py checks each option alone, gelu too, on random weights."""
+    model, tokenizer, held_out = copy_task(40, activation="swish", output_bias=True, scale_embeddings=False,
+                                           positions="halves")
+    with torch.no_grad():  # a bias of Marian's size, so that one left out would show
+        model.output_bias.add_(torch.randn(model.vocab_size, generator=torch.Generator().manual_seed(0)))
+    checkpoint = tmp_path / "options.pt"
+    save_checkpoint(make_checkpoint(model, tokenizer.to_str(), {}, 250), checkpoint)
+    engine = open_ct2_engine([checkpoint], device="auto", dtype="auto", threads=1, batch_tokens=4096, log=print)
+    try:
+        request = Request.of(engine.facts, {"beam": 1, "format": "jsonl"})
+        ours = engine.translate(engine.facts.encode(held_out), request, range(len(held_out)))
+    finally:
+        engine.close()
+    theirs = Translator(model, tokenizer, decode=request).translate(held_out)
+    assert [n[0].tokens for n in ours] == [list(n[0].tokens) for n in theirs]
+    assert corpus_bleu([n[0].text for n in theirs], held_out) > 50  # it copies: its choices are not near-ties
+    for mine, torchs in zip(ours, theirs, strict=True):
+        assert mine[0].token_log_probs == pytest.approx(torchs[0].token_log_probs, abs=1e-4)
 
 
 def test_beam_4_within_a_tenth_of_a_bleu_point_and_nbest_lists_equal(setup: dict) -> None:

@@ -30,7 +30,6 @@ from mtx.decode.search import Constraints, LengthPenalty, search
 from mtx.errors import MtxError
 from mtx.export.command import export_checkpoint
 from mtx.export.hf import TOKENIZER_CLASS, TRANSFORMERS_4_ONLY
-from mtx.export.tokenizer import exported_tokenizer
 from mtx.model.transformer import Transformer
 from mtx.score.metrics import corpus_bleu
 from mtx.tokenizer import EOS, PAD, Tokenizer, normalize_text
@@ -167,7 +166,7 @@ def test_ctranslate2_export_carries_the_shortlist_as_its_vocabulary_map(copy_run
     assert not (tmp_path / "plain" / "vmap.txt").exists()
     export_checkpoint(checkpoint, "ctranslate2", tmp_path / "listed", shortlist=3)
     lines = (tmp_path / "listed" / "vmap.txt").read_text(encoding="utf-8").splitlines()
-    strings = token_strings(exported_tokenizer(tokenizer.to_str()), model.vocab_size)  # as the export spells them
+    strings = token_strings(tokenizer, model.vocab_size)  # as the export spells them
     assert lines[0] == "\t" + " ".join(strings[t] for t in lexicon.frequent[:100])  # the recipe's frequent tokens
     first = next(line for line in lines[1:] if line.startswith(strings[ids[0][0]] + "\t"))
     assert first.split("\t")[1].split() == [strings[t] for t in lexicon.translations[ids[0][0], :3]]
@@ -209,10 +208,10 @@ def random_model(vocab: int, **overrides) -> Transformer:
     cfg = resolve_model(ModelConfig(preset="tiny", d_model=32, heads=4, d_ff=64, layers_enc=2, layers_dec=2,
                                     max_positions=32, **overrides))
     model = Transformer(cfg, vocab).eval()
-    with torch.no_grad():  # LayerNorms away from their initial (1, 0), so a mis-mapped one shows
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(0.1 * torch.randn_like(p))
+    with torch.no_grad():  # LayerNorms away from their initial (1, 0), an output bias from 0, so a mis-mapped
+        for name, p in model.named_parameters():  # one shows
+            if "norm" in name or name == "output_bias":
+                p.add_(0.1 * torch.randn_like(p) if "norm" in name else torch.randn_like(p))
     return model
 
 
@@ -227,8 +226,11 @@ def mtx_log_probs(model: Transformer, src: list[int], tgt: list[int]) -> torch.T
     return torch.log_softmax(logits, -1)[torch.arange(len(tgt) + 1), torch.tensor([*tgt, EOS])]
 
 
-@pytest.mark.parametrize("overrides", [dict(norm="pre"), dict(share_embeddings=False)])
-def test_ctranslate2_exports_pre_norm_and_separate_embeddings(copy_run: dict, tmp_path: Path, overrides) -> None:
+@pytest.mark.parametrize("overrides", [dict(norm="pre"), dict(share_embeddings=False), dict(activation="swish"),
+                                       dict(activation="gelu"), dict(output_bias=True), dict(scale_embeddings=False),
+                                       dict(positions="halves")])
+def test_ctranslate2_exports_pre_norm_separate_embeddings_and_each_model_option(copy_run: dict, tmp_path: Path,
+                                                                                overrides) -> None:
     ctranslate2 = pytest.importorskip("ctranslate2")
     model = random_model(copy_run["tokenizer"].vocab_size, **overrides)
     export_checkpoint(random_checkpoint(model, copy_run["tokenizer"], tmp_path / "m.pt"), "ctranslate2", tmp_path / "o")
