@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from mtx.checkpoint import inference_weights, load_checkpoint, shared_names, step_checkpoints
+from mtx.checkpoint import inference_weights, load_checkpoint, model_config_of, shared_names, step_checkpoints
 from mtx.errors import MtxError
 
 
@@ -33,7 +33,8 @@ def _identity(checkpoint: dict[str, Any]) -> tuple:
     weights are moving averages."""
     shapes = tuple((k, tuple(v.shape)) for k, v in inference_weights(checkpoint).items())
     averaged = "ema_decay" in checkpoint
-    return checkpoint["model_config"], checkpoint["vocab_size"], checkpoint["tokenizer"], shapes, averaged
+    config = model_config_of(checkpoint)  # resolved: a checkpoint written before a model option has the preset's
+    return config, checkpoint["vocab_size"], checkpoint["tokenizer"], shapes, averaged
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from mtx.checkpoint import model_config_of
+from mtx.checkpoint import make_checkpoint, model_config_of, save_checkpoint
 from mtx.config.model import ModelConfig, resolve_model
 from mtx.config.run_recipe import shape_differences
 from mtx.data.batching import Batch
@@ -18,6 +19,7 @@ from mtx.decode.translator import prepare_model
 from mtx.model.int8 import Int8Linear
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import BOS, EOS, PAD
+from mtx.train.average import average_checkpoints
 from mtx.train.loss import batch_loss, label_smoothed_loss
 
 VOCAB = 37
@@ -87,6 +89,18 @@ def test_a_checkpoint_written_before_the_options_loads_with_the_papers() -> None
     for name in NEW_OPTIONS:
         del stored[name]
     assert model_config_of({"model_config": stored}) == config()
+
+
+def test_checkpoints_of_one_run_written_before_and_after_the_options_average(tmp_path: Path) -> None:
+    """A run resumed across the upgrade: its older checkpoints lack the keys its newer ones hold."""
+    m = model()
+    paths = [tmp_path / "old.pt", tmp_path / "new.pt"]
+    old = make_checkpoint(m, "tokenizer", {}, 1)
+    old["model_config"] = {k: v for k, v in old["model_config"].items() if k not in NEW_OPTIONS}
+    save_checkpoint(old, paths[0])
+    save_checkpoint(make_checkpoint(m, "tokenizer", {}, 2), paths[1])
+    averaged = average_checkpoints(paths)
+    assert all(torch.equal(averaged["model"][k], v) for k, v in m.state_dict().items())
 
 
 @pytest.mark.parametrize("name", list(NEW_OPTIONS))
