@@ -235,7 +235,8 @@ class SpmPairTokenizer:
                     plan.extend([*code, rest])
             plans.append(plan)
         stretches = [part for plan in plans for part in plan if isinstance(part, str)]
-        segmented = iter(self._spm[target].encode(stretches, out_type=str) if stretches else [])
+        # One thread: `mtx prepare` runs one encoder per core already, and a sentence batch is too small to share.
+        segmented = iter(self._spm[target].encode(stretches, out_type=str, num_threads=1) if stretches else [])
         return [[i for part in plan for i in ([part] if isinstance(part, int) else
                                               [self._id.get(piece, UNK) for piece in next(segmented)])]
                 for plan in plans]

@@ -33,7 +33,7 @@ from mtx.decode.alignment import hard_alignments, word_attention, word_count
 from mtx.decode.translation import Alignment
 from mtx.errors import MtxError
 from mtx.model.transformer import AttentionWeights, Transformer
-from mtx.tokenizer import BOS, EOS, PAD, Tokenizer, normalize_text
+from mtx.tokenizer import BOS, EOS, PAD, Tokenizer
 
 Link = tuple[int, int]  # (source word, target word)
 
@@ -130,8 +130,8 @@ def reference_attention(model: Transformer, tokenizer: Tokenizer, pairs: Sequenc
     results = []
     for start in range(0, len(pairs), batch_size):
         batch = pairs[start : start + batch_size]
-        sources = [[*ids, EOS] for ids in tokenizer.encode_batch([normalize_text(s) for s, _ in batch])]
-        targets = tokenizer.encode_batch([normalize_text(t) for _, t in batch])
+        sources = [[*ids, EOS] for ids in tokenizer.encode_batch([tokenizer.normalize(s) for s, _ in batch])]
+        targets = tokenizer.encode_batch([tokenizer.normalize(t) for _, t in batch], target=True)
         src = padded(sources)
         attention = AttentionWeights()
         with torch.inference_mode():

@@ -85,12 +85,13 @@ class Inspection:
         return rows, self.read_labels if kind == "decoder" else self.source_labels
 
 
-def source_ids(tokenizer: Tokenizer, text: str, max_positions: int, what: str) -> list[int]:
-    """The token ids of a normalised sentence, refused (naming it as `what`) when empty or, with the </s> it
-    ends with, longer than the model's positions."""
-    if not text:
+def source_ids(tokenizer: Tokenizer, text: str, max_positions: int, what: str, target: bool = False) -> list[int]:
+    """The token ids of a sentence as its vocabulary reads it (`Tokenizer.normalize`; `target`: a translation),
+    refused (naming it as `what`) when `normalize_text` leaves nothing of it or, with the </s> it ends with, when
+    longer than the model's positions."""
+    if not normalize_text(text):
         raise MtxError(f"The {what} is empty: pass a sentence, e.g. mtx inspect -m model.pt \"The house is red.\"")
-    ids = tokenizer.encode(text)
+    ids = tokenizer.encode(tokenizer.normalize(text), target=target)
     if len(ids) + 1 > max_positions:
         raise MtxError(f"The {what} has {len(ids)} tokens, more than the {max_positions - 1} (and </s>) that the "
                        "model's max_positions allows: inspect a shorter sentence, or a part of it.")
@@ -111,14 +112,14 @@ def inspect_sentence(engine: TorchEngine, decode: DecodeConfig, sentence: str, t
     pair."""
     [model], tokenizer = engine.models, engine.facts.tokenizer
     text, max_positions = normalize_text(sentence), model.cfg.max_positions
-    ids = source_ids(tokenizer, text, max_positions, "sentence")
+    ids = source_ids(tokenizer, sentence, max_positions, "sentence")
     if target is None:
         request = Request(**dataclasses.asdict(dataclasses.replace(decode, nbest=1)))
         [nbest] = engine.translate([ids], request, [0])
         translation, score, tokens = nbest[0].text, nbest[0].score, list(nbest[0].tokens)
     else:
         translation, score = normalize_text(target), None
-        tokens = source_ids(tokenizer, translation, max_positions, "target") if target.strip() else []
+        tokens = source_ids(tokenizer, target, max_positions, "target", target=True) if target.strip() else []
     device = next(model.parameters()).device
     src, tgt_in = torch.tensor([[*ids, EOS]], device=device), torch.tensor([[BOS, *tokens]], device=device)
     attention = AttentionWeights()

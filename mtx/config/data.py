@@ -304,7 +304,8 @@ class DataConfig:
     tgt_lang: str = setting("de", "The target language's code.")
     target_tag: str | None = setting(
         None, "For one model of several target languages: a tag put before every source sentence that names its "
-        "pair's target language, spelled with {lang}: <2{lang}> gives <2de> and <2fr>. `mtx translate --target-lang` "
+        "pair's target language, spelled with {lang}: <2{lang}> gives <2de> and <2fr> (an imported multilingual "
+        "MarianMT model's is >>{lang}<<, its >>fra<< codes). `mtx translate --target-lang` "
         "and `mtx serve`'s target_lang add it; a line that starts with one picks its own. None: no such tag.")
     temperature: float | None = setting(
         None, "Draw each epoch's training pairs from the corpora in proportion to size^(1/T) (fairseq's and NLLB's "

@@ -34,6 +34,7 @@ import numpy as np
 from mtx.data.batching import Batch, PairSource, collate
 from mtx.data.prepared import load_split
 from mtx.errors import MtxError
+from mtx.spm_tokenizer import SpmPairTokenizer
 from mtx.tokenizer import BYTE_TOKENS, Tokenizer
 
 _SIDES = {"src": 0, "tgt": 1}
@@ -44,7 +45,13 @@ GROWTH_SAMPLE = 1000  # pairs that `growth` measures on
 class BpeDropout:
     """Segments sentences of a BPE tokenizer's text with merges dropped at `rate`, per (seed, epoch, pair, side)."""
 
-    def __init__(self, tokenizer: Tokenizer, rate: float, seed: int) -> None:
+    def __init__(self, tokenizer: Tokenizer | SpmPairTokenizer, rate: float, seed: int) -> None:
+        if isinstance(tokenizer, SpmPairTokenizer):
+            # SentencePiece's own sampling draws from one generator per process, not per (seed, epoch, pair, side),
+            # so a resumed run would not see the segmentations it would have seen.
+            raise MtxError(f"train.bpe_dropout = {rate} drops merges of mtx's own BPE vocabulary, and this data is "
+                           "encoded with an imported MarianMT model's SentencePiece models (data.bpe.from), whose "
+                           "segmentations mtx cannot draw again exactly: set train.bpe_dropout to 0.")
         if tokenizer.model != "bpe":
             raise MtxError(f"train.bpe_dropout = {rate} needs a BPE vocabulary, and this data is encoded with a "
                            f"{tokenizer.model} one: set train.bpe_dropout to 0, or prepare the data with "

@@ -416,7 +416,7 @@ def _encode_chunk(chunk: tuple[list[str], list[str]], dtype: str, max_positions:
     lengths, so the filter costs no second pass.
     """
     assert _encoder is not None, "_init_encoder must run first"
-    ids = [_encoder.encode_batch(texts) for texts in chunk]
+    ids = [_encoder.encode_batch(texts, target=side == "tgt") for side, texts in zip(SIDES, chunk, strict=True)]
     lens = [np.fromiter((len(x) for x in side), dtype=np.int64, count=len(side)) for side in ids]
     fits = np.ones(len(lens[0]), dtype=bool)
     if max_positions is not None:

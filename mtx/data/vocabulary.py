@@ -7,7 +7,9 @@ special tokens after the fixed four, so that no segmentation ever splits them.
 Borrowed (`data.bpe.from`), it is the tokenizer of a tokenizer.json, of a prepared run's data/ folder or of an mtx
 checkpoint: a model fine-tuned from that checkpoint must read its token ids, and runs meant to be compared or
 ensembled must share one vocabulary. It must already hold every tag as a special token: adding one would change
-the vocabulary the ids were meant to share, so a missing tag is refused before any work.
+the vocabulary the ids were meant to share, so a missing tag is refused before any work. An imported MarianMT
+model's checkpoint (`mtx import`) lends its pair of SentencePiece models (mtx.spm_tokenizer), used as they are:
+sources segmented by its source model, targets by its target model, its language codes (`>>fra<<`) its tags.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from rich.progress import Progress
 
 from mtx.config.recipe import DataConfig
 from mtx.errors import MtxError, first_line
+from mtx.spm_tokenizer import SpmPairTokenizer
 from mtx.tokenizer import Tokenizer
 
 # mtx.checkpoint.FORMAT: that module sits above the data stage (it needs the model), so its marker is repeated here.
@@ -41,7 +44,7 @@ def vocabulary_file(data: DataConfig) -> Path | None:
     return file
 
 
-def read_tokenizer(file: Path) -> Tokenizer:
+def read_tokenizer(file: Path) -> Tokenizer | SpmPairTokenizer:
     """The tokenizer of a tokenizer.json or of an mtx checkpoint (its tensors mapped, not read)."""
     try:
         if file.suffix == ".json":
@@ -66,13 +69,21 @@ def _checkpoint_tokenizer(file: Path) -> str:
     return checkpoint["tokenizer"]
 
 
-def borrowed_tokenizer(data: DataConfig) -> Tokenizer | None:
+def borrowed_tokenizer(data: DataConfig) -> Tokenizer | SpmPairTokenizer | None:
     """The tokenizer `data.bpe.from` names, once it is known to hold every tag of the recipe; None when the recipe
     learns its own."""
     file = vocabulary_file(data)
     if file is None:
         return None
     tokenizer = read_tokenizer(file)
+    for lang, tag in data.target_tags.items():
+        if tag not in tokenizer.tags:
+            held = ", ".join(tokenizer.tags) or "none"
+            raise MtxError(
+                f"data.target_tag = {data.target_tag!r} spells {tag!r} for {lang}, which is not a tag of the tokenizer "
+                f"of {FROM_KEY} = {data.bpe.from_} (its tags: {held}), and adding it would change that vocabulary. "
+                f"Translate into a language it has a tag for, or learn a vocabulary (unset {FROM_KEY})."
+            )
     for i, corpus in enumerate(data.corpora):
         if corpus.tag is not None and corpus.tag not in tokenizer.tags:
             held = ", ".join(tokenizer.tags) or "none"

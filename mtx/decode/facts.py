@@ -55,7 +55,7 @@ class ModelFacts:
         first = metadata[0]
         return cls(tuple(checkpoints), tuple(metadata), tokenizer, ModelLimits.of_checkpoints(metadata),
                    DecodeConfig.of_checkpoint(first), Lexicon.of_checkpoint(first),
-                   TargetLanguages.of_checkpoint(first), DoubtThresholds.of_checkpoint(first))
+                   TargetLanguages.of_checkpoint(first, tokenizer), DoubtThresholds.of_checkpoint(first))
 
     @property
     def lexicon_width(self) -> int:
@@ -74,10 +74,12 @@ class ModelFacts:
 
 def encode_sentences(tokenizer: Tokenizer, sentences: Sequence[str], targets: TargetLanguages | None = None,
                      target_lang: str | None = None) -> list[Source]:
-    """Each sentence normalised as the training data was (`normalize_text`) and tokenised: its token ids, EOS not
-    included, or None where nothing is left (an empty line), which gets no translation. With the model's
-    `targets` and a `target_lang`, a sentence without a target tag of its own gets that language's."""
-    texts = [normalize_text(sentence) for sentence in sentences]
+    """Each sentence as its vocabulary reads it (`Tokenizer.normalize`: normalised as the training data was, or
+    the raw line for an imported SentencePiece pair, as MarianTokenizer reads it) and tokenised: its token ids,
+    EOS not included, or None where `normalize_text` leaves nothing (an empty line), which gets no translation.
+    With the model's `targets` and a `target_lang`, a sentence without a target tag of its own gets that
+    language's."""
+    texts = [tokenizer.normalize(sentence) if normalize_text(sentence) else "" for sentence in sentences]
     if targets is not None:
         texts = targets.tagged(texts, target_lang)
     encoded = iter(tokenizer.encode_batch([text for text in texts if text]))
@@ -91,7 +93,7 @@ def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str] | None, todo: 
     sentence of `todo`), naming its input line (`lines`: each sentence's index in the input)."""
     if prefixes is None or not any(prefixes):
         return None
-    ids = tokenizer.encode_batch([normalize_text(prefixes[i]) for i in todo])
+    ids = tokenizer.encode_batch([tokenizer.normalize(prefixes[i]) for i in todo], target=True)
     for j, (prefix, limit) in enumerate(zip(ids, limits, strict=True)):
         if len(prefix) > limit:
             raise MtxError(f"--prefix, line {lines[todo[j]] + 1}: the prefix has {len(prefix)} tokens, more than the "

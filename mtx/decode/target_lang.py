@@ -6,6 +6,10 @@ tasks and NLLB; it learnt to produce the language the tag names. So choosing the
 tag first: `mtx translate --target-lang`, `mtx serve`'s `target_lang` field and the recipe's `decode.target_lang`
 do it for every sentence, and a sentence that starts with a target tag of the model already keeps its own, so one
 input can mix directions. The tags are the vocabulary's special tokens (mtx.tokenizer), one id each.
+
+A multilingual MarianMT model imported by `mtx import` (OPUS-MT's en-ROMANCE, say) reads the same thing in its
+own spelling: a language code such as `>>fra<<` first, which its stored recipe's `data.target_tag: ">>{lang}<<"`
+spells; it translates into every language whose code its vocabulary holds (mtx.spm_tokenizer).
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from mtx.spm_tokenizer import SpmPairTokenizer
+from mtx.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -23,15 +30,20 @@ class TargetLanguages:
     languages: list[str]  # data.target_languages: what decode.target_lang may name (DecodeConfig.first_problem)
 
     @classmethod
-    def of_checkpoint(cls, checkpoint: dict[str, Any]) -> TargetLanguages:
+    def of_checkpoint(cls, checkpoint: dict[str, Any], tokenizer: Tokenizer | SpmPairTokenizer | None = None
+                      ) -> TargetLanguages:
         """The target languages of a checkpoint's stored recipe (`data:`). A recipe from before data.target_tag
-        existed has one, its tgt_lang."""
+        existed has one, its tgt_lang. An imported MarianMT model's (its `tokenizer` an SpmPairTokenizer) are the
+        languages whose tag, spelled by data.target_tag, its vocabulary holds, in the vocabulary's order."""
         from mtx.config.loading import recipe_from_dict  # here: recipes load only for a model of several
 
         data = (checkpoint.get("recipe") or {}).get("data") or {}
         if data.get("target_tag") is None:
             return cls({}, [data.get("tgt_lang", "de")])
         config = recipe_from_dict(checkpoint["recipe"]).data
+        if isinstance(tokenizer, SpmPairTokenizer):
+            languages = [lang for tag in tokenizer.tags if (lang := language_of(config.target_tag, tag))]
+            return cls({lang: config.target_tag.replace("{lang}", lang) for lang in languages}, languages)
         return cls(config.target_tags, config.target_languages)
 
     def tagged(self, texts: Sequence[str], lang: str | None) -> list[str]:
@@ -42,3 +54,12 @@ class TargetLanguages:
             return list(texts)
         own = set(self.tags.values())
         return [text if not text or text.partition(" ")[0] in own else f"{tag} {text}" for text in texts]
+
+
+def language_of(target_tag: str, tag: str) -> str | None:
+    """The language `tag` names in the spelling `target_tag` ("fra" for ">>fra<<" and ">>{lang}<<"), or None if
+    `tag` is not spelled so."""
+    before, _, after = target_tag.partition("{lang}")
+    if len(tag) > len(before) + len(after) and tag.startswith(before) and tag.endswith(after):
+        return tag[len(before):len(tag) - len(after)]
+    return None

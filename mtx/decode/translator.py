@@ -182,7 +182,8 @@ class Translator:
         """The pairs to score, in batches, and the results of those that need no model (`forced_scores`)."""
         encoded = self._encoded(sentences)
         present = [i for i, ids in enumerate(encoded) if ids is not None]
-        translated = self.tokenizer.encode_batch([normalize_text(translations[i]) for i in present])
+        translated = self.tokenizer.encode_batch([self.tokenizer.normalize(translations[i]) for i in present],
+                                                 target=True)
         plan = ScorePlan([None] * len(sentences))
         for i, ids in zip(present, translated, strict=True):
             if self.holds(encoded[i]) and self.holds(ids):
