@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from support import marian_tokenizer_folder
 
+from mtx.data.bpe_dropout import BpeDropout
+from mtx.decode.facts import encode_prefixes, encode_sentences
+from mtx.decode.target_lang import TargetLanguages, language_of
 from mtx.errors import MtxError
 from mtx.spm_tokenizer import SpmPairTokenizer, marian_order
 from mtx.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer, normalize_text
@@ -222,3 +225,27 @@ def test_mtx_own_tokenizer_has_the_same_interface() -> None:
     assert tokenizer.encode("der Hund", target=True) == tokenizer.encode("der Hund")
     assert tokenizer.encode_batch(["the cat"], target=True) == tokenizer.encode_batch(["the cat"])
     assert tokenizer.normalize(" a\tb\x00 ") == "a b"
+
+
+def test_target_lang_puts_the_models_code_first(pair) -> None:
+    """An imported multilingual model's stored recipe spells its tags >>{lang}<<; it translates into every
+    language whose code its vocabulary holds, and --target-lang fra puts >>fra<< first, as a user of
+    MarianTokenizer writes it."""
+    recipe = {"name": "imported", "data": {"source": {"demo": {"pairs": 10}}, "src_lang": "en", "tgt_lang": "fra",
+                                           "target_tag": ">>{lang}<<"}}
+    targets = TargetLanguages.of_checkpoint({"recipe": recipe}, pair)
+    assert targets.languages == ["fra", "deu"] and targets.tags["deu"] == ">>deu<<"
+    fra = pair.token_strings().index(">>fra<<")
+    hello, own, empty = encode_sentences(pair, ["The dog.", ">>deu<< The dog.", " \t"], targets, "fra")
+    assert hello == [fra, *pair.encode("The dog.")] and own == pair.encode(">>deu<< The dog.") and empty is None
+    assert language_of(">>{lang}<<", ">>fra<<") == "fra" and language_of("<2{lang}>", ">>fra<<") is None
+
+
+def test_prefixes_and_given_translations_are_target_text(pair) -> None:
+    german = "Der Hund schläft."
+    assert encode_prefixes(pair, [german], [0], [100], [0]) == [pair.encode(german, target=True)]
+
+
+def test_bpe_dropout_refuses_an_imported_pair_by_its_key(pair) -> None:
+    with pytest.raises(MtxError, match=r"train.bpe_dropout = 0.1 .* imported MarianMT"):
+        BpeDropout(pair, 0.1, seed=1)
