@@ -614,9 +614,6 @@ def load_probe(offset: int) -> Probe:
 # MarianMT (OPUS-MT) tokenizer folders built here, with SentencePiece models trained on the demo corpus: for the
 # imported tokenizer's tests (mtx.spm_tokenizer) and, with a model's weights beside them, mtx import's.
 
-MARIAN_LANGUAGES = ("fra", "deu", "spa")  # the language codes (>>fra<<) a multilingual folder's vocabulary holds
-
-
 def marian_tokenizer_folder(directory: Path, pairs: int = 1000, source_pieces: int = 200, target_pieces: int = 250,
                             languages: tuple[str, ...] = (), seed: int = 1) -> Path:
     """A MarianMT tokenizer folder in `directory`, made as OPUS-MT's are and saved by transformers'
