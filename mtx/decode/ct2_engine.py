@@ -180,7 +180,8 @@ class Ct2Engine:
         started = time.perf_counter()
         encoded = self.facts.encode(sentences, request.target_lang)
         present = [i for i, ids in enumerate(encoded) if ids is not None]
-        given = self.facts.tokenizer.encode_batch([normalize_text(translations[i]) for i in present], target=True)
+        tokenizer = self.facts.tokenizer
+        given = tokenizer.encode_batch([tokenizer.normalize(translations[i]) for i in present], target=True)
         results: list[Scored] = [None] * len(sentences)
         todo = []
         for i, ids in zip(present, given, strict=True):
