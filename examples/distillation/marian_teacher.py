@@ -189,11 +189,12 @@ def main() -> None:
     parser.add_argument("--layers-dec", type=int, default=3)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--max-len", type=int, default=128, help="longest side of a training pair, in tokens")
-    parser.add_argument("--max-tokens", type=int, default=4096, help="padded token slots a batch holds")
+    parser.add_argument("--max-tokens", type=int, default=2048, help="padded token slots a batch holds")
     parser.add_argument("--lr", type=float, default=1e-3, help="the peak learning rate, at the end of warm-up")
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--label-smoothing", type=float, default=0.1)
-    parser.add_argument("--ema", type=float, default=0.999, help="the weights' moving average's decay a step")
+    parser.add_argument("--ema", type=float, default=0.999, help="the weights' moving average's decay a step, "
+                        "at most: it is (1 + step) / (10 + step) until that is larger")
     parser.add_argument("--max-steps", type=int, default=100_000)
     parser.add_argument("--max-minutes", type=float, default=None, help="stop (and save) after this much time")
     parser.add_argument("--save-minutes", type=float, default=10.0, help="save the folder this often")
@@ -237,9 +238,12 @@ def main() -> None:
             schedule.step()
             step += 1
             window_loss, window_tokens = window_loss + loss.item(), window_tokens + tokens
+            # The decay grows to --ema as steps accumulate (TensorFlow's ExponentialMovingAverage with
+            # num_updates): a short run's average is of its own later steps, not still mostly the initial weights.
+            decay = min(args.ema, (1 + step) / (10 + step))
             with torch.no_grad():
                 for name, value in [*model.named_parameters(), ("bias", bias)]:
-                    average[name].lerp_(value, 1 - args.ema)
+                    average[name].lerp_(value, 1 - decay)
             elapsed = time.monotonic() - start
             if step % args.log_every == 0:
                 print(f"step {step} epoch {epoch} loss {window_loss / window_tokens:.3f} "
