@@ -30,7 +30,7 @@ python=${PYTHON:-python3}
 # (docs/benchmarks/defaults.md).
 recipes=$here corpus=runs/kd-corpus run=kd alpha=1.0 pairs=(--pairs 20000) sizes=() smoke=
 # The imported variant's default teacher: marian_teacher.py's OPUS-MT shape at 3 + 3 layers, width 256.
-marian_sizes=(--spm-size 4000 --lr 1.5e-3 --warmup 200 --max-steps 1200)
+marian_sizes=(--spm-size 4000 --lr 1e-3 --warmup 200 --max-steps 1200)
 case $variant in
   demo|imported) ;;
   smoke|imported-smoke)
@@ -66,7 +66,14 @@ case $variant in
       "$python" "$here/marian_teacher.py" --train "$corpus/train.en" "$corpus/train.de" \
         --valid "$corpus/valid.en" "$corpus/valid.de" --out "$marian" "${marian_sizes[@]}" >&2
     fi
+    # What follows from it (the distilled corpus, the student) is that teacher's: another one needs them deleted.
+    if [ -s "runs/$run-imported.source" ] && [ "$(cat "runs/$run-imported.source")" != "$marian" ]; then
+      echo "runs/$run-imported.pt was imported from $(cat "runs/$run-imported.source"), not $marian: delete" \
+           "runs/$run-imported*, $corpus/train.imported.de.jsonl* and runs/$run-imported-student to change teacher." >&2
+      exit 1
+    fi
     [ -s "runs/$run-imported.pt" ] || "$mtx" import "$marian" -o "runs/$run-imported.pt" >&2
+    echo "$marian" > "runs/$run-imported.source"
     teacher_models=("runs/$run-imported.pt") teacher_label="teacher (imported MarianMT)"
     teacher_hyp=runs/$run-imported.test.hyp
     distilled=$corpus/train.imported.de.jsonl student_recipe=student_imported student=$run-imported-student ;;
