@@ -140,8 +140,8 @@ def loss_of(model: MarianMTModel, bias: torch.Tensor, batch: dict[str, torch.Ten
 
 def encode(tokenizer: MarianTokenizer, sources: list[str], targets: list[str],
            max_len: int) -> list[tuple[list[int], list[int]]]:
-    """Token ids as MarianTokenizer gives them (moses punctuation normalisation, then each side's SentencePiece
-    model, then `</s>`), pairs with a side longer than max_len left out."""
+    """Token ids as MarianTokenizer gives them (each side's SentencePiece model, then `</s>`), pairs with a side
+    longer than max_len left out."""
     pairs = []
     for start in range(0, len(sources), 5000):
         ids = tokenizer(sources[start : start + 5000], text_target=targets[start : start + 5000])
