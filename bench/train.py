@@ -50,7 +50,7 @@ from common import (
 from torch import Tensor
 
 from mtx.data.batching import Batch, collate, make_batches
-from mtx.export.marian import build_marian
+from mtx.export.marian import MarianIds, build_marian
 from mtx.train.loss import batch_loss, label_smoothed_loss
 
 LABEL_SMOOTHING = 0.1
@@ -99,7 +99,7 @@ def bench_preset(preset: str, vocab: int, precision: str, device: torch.device, 
     mtx_model = build_model(preset, vocab).to(device).train()
     updates = {"mtx": Updater(lambda b: batch_loss(mtx_model, b, LABEL_SMOOTHING)[0], mtx_model, device, autocast)}
     if with_marian:
-        marian = build_marian(model_config(preset), vocab).to(device).train()
+        marian = build_marian(model_config(preset), MarianIds.of_mtx(vocab)).to(device).train()
 
         def marian_loss(b: Batch) -> Tensor:
             logits = marian(input_ids=b.src, attention_mask=(~b.src_pad).long(), decoder_input_ids=b.tgt_in,

@@ -4,7 +4,7 @@
     mtx prepare               mtx/data/command.py         mtx score        mtx/score/command.py
     mtx train, mtx average    mtx/train/command.py        mtx inspect      mtx/analysis/command.py
     mtx export                mtx/export/command.py       mtx report       mtx/report/command.py
-    mtx serve                 mtx/serve/command.py
+    mtx serve                 mtx/serve/command.py        mtx import       mtx/importing/command.py
 
 A command module holds the command's arguments, help and examples, and what only the command does (reading its
 inputs, printing its results); it imports torch and the rest of its stage inside the command, so that
@@ -27,6 +27,7 @@ from mtx.data.command import prepare
 from mtx.decode.command import translate
 from mtx.errors import MtxError, PeersLostError, first_line, is_out_of_memory
 from mtx.export.command import export
+from mtx.importing.command import import_model
 from mtx.report.command import report
 from mtx.score.command import score
 from mtx.serve.command import serve
@@ -46,6 +47,7 @@ _state = {"debug": False}
 
 for command in (config, prepare, train, average, translate, score, inspect, export, serve, report):  # in pipeline order
     app.command()(command)
+app.command(name="import")(import_model)  # a published model to start from; `import` is Python's keyword
 
 
 def _version(value: bool) -> None:

@@ -64,6 +64,7 @@ def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantiza
     from mtx.export.ctranslate2 import QUANTIZATIONS
     from mtx.export.marian import check_marian_can_express
     from mtx.export.model_card import model_card
+    from mtx.spm_tokenizer import SpmPairTokenizer
 
     if target not in TARGETS:
         raise MtxError(f"--to {target} is not an export format: use one of {', '.join(TARGETS)}.")
@@ -76,14 +77,15 @@ def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantiza
         raise MtxError("--shortlist applies to --to ctranslate2 only: transformers has no vocabulary shortlist.")
     require_extra("export", TARGETS[target], f"mtx export --to {target}")
     check_destination(folder, force)
-    model, _, checkpoint = load_model(checkpoint_path)
+    model, tokenizer, checkpoint = load_model(checkpoint_path)
     decode = DecodeConfig.of_checkpoint(checkpoint, **({} if shortlist is None else {"shortlist": shortlist}))
+    imported = isinstance(tokenizer, SpmPairTokenizer)  # an imported MarianMT model's: exported with its own files
     if target == "hf":
         from mtx.export.hf import hf_notes, hf_usage, save_hf_folder
 
         check_marian_can_express(model.cfg)
         card = model_card(checkpoint_path, checkpoint, "Hugging Face transformers", hf_usage(folder),
-                          hf_notes(decode))
+                          hf_notes(decode, imported))
         write_folder(folder, lambda out: save_hf_folder(model, checkpoint["tokenizer"], decode, out), card, force)
     else:
         from mtx.data.lexicon import Lexicon, width_of
@@ -93,7 +95,7 @@ def export_checkpoint(checkpoint_path: Path, target: str, folder: Path, quantiza
         decode.validate_flags(model.vocab_size, lexicon_width=width_of(lexicon))  # a shortlist needs the table
         listed = decode.shortlist > 0
         card = model_card(checkpoint_path, checkpoint, f"CTranslate2, {quantization or 'float32'}",
-                          ctranslate2_usage(folder, decode, listed), ctranslate2_notes(decode))
+                          ctranslate2_usage(folder, decode, listed, imported), ctranslate2_notes(decode, imported))
         write_folder(folder, lambda out: save_ctranslate2_folder(model, checkpoint["tokenizer"], out, quantization,
                                                                  (lexicon, decode) if listed else None),
                      card, force)

@@ -10,6 +10,10 @@ removed):
   in the input split as ordinary text, as mtx encodes it; tags (<bt>, a multilingual model's <2fr>) stay one
   token each.
 - generation_config.json: the recipe's decoding, as far as `generate` can state it (`generation_config`).
+
+A model imported from MarianMT (mtx.importing) goes back as it came: Marian's ids (mtx.export.marian's
+`MarianIds.of_import`) and MarianTokenizer's own files (source.spm, target.spm, vocab.json and its
+tokenizer_config.json), which its SentencePiece-pair tokenizer (mtx.spm_tokenizer) holds as imported.
 """
 
 from __future__ import annotations
@@ -20,19 +24,21 @@ from pathlib import Path
 from tokenizers import Tokenizer as HfTokenizer
 
 from mtx.config.recipe import DecodeConfig, ModelConfig
-from mtx.export.marian import marian_from_mtx
+from mtx.export.marian import MarianIds, marian_from_mtx
 from mtx.export.tokenizer import TOKENIZER_NOTE, exported_tokenizer
 from mtx.model.transformer import Transformer
-from mtx.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
+from mtx.spm_tokenizer import SpmPairTokenizer
+from mtx.tokenizer import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer
 
 TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # the class name transformers 4 and 5 both load
 # The model card's line before the commented-out translation pipeline, which transformers 5 removed.
 TRANSFORMERS_4_ONLY = "# or, with transformers 4 only (version 5 has no translation pipeline):"
 
 
-def generation_config(decode: DecodeConfig, cfg: ModelConfig):
+def generation_config(decode: DecodeConfig, cfg: ModelConfig, ids: MarianIds):
     """`generate`'s settings for the recipe's decoding: beam size, length penalty α, minimum length, and
-    decoding that starts from BOS and never emits PAD or BOS, as mtx's search.
+    decoding that starts from the start token (`ids`: mtx's BOS, or an imported model's own) and never emits it
+    or PAD, as mtx's search.
 
     Two of mtx's settings have no counterpart, so the nearest is written (and the model card says so):
     `generate` divides a hypothesis' log-probability by |Y|^α (fairseq's penalty), so α is written as is
@@ -40,14 +46,18 @@ def generation_config(decode: DecodeConfig, cfg: ModelConfig):
     to the source's length (mtx's a · |X| + b), so the limit is the model's own: max_positions tokens after
     the start token, the last of them a forced EOS. Greedy search (beam 1) gets no α: no penalty changes which
     token is the most probable, and transformers refuses to save a length penalty that it would ignore.
+    Beam search stops as mtx's (fairseq's) does, once `beam` hypotheses have ended: generate's early_stopping
+    true; its default goes on while a longer hypothesis might still score better, and can end elsewhere.
     """
     from transformers import GenerationConfig
 
     return GenerationConfig(
         num_beams=decode.beam, length_penalty=decode.lenpen if decode.beam > 1 else 1.0, do_sample=False,
+        early_stopping=decode.beam > 1,
         max_length=cfg.max_positions + 1, min_new_tokens=decode.min_len or None,
-        decoder_start_token_id=BOS, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
-        forced_eos_token_id=EOS, suppress_tokens=[PAD, BOS],
+        decoder_start_token_id=ids.start, eos_token_id=ids.eos, pad_token_id=ids.pad,
+        forced_eos_token_id=ids.eos, suppress_tokens=sorted({ids.pad, ids.start}),
+        **({"bos_token_id": BOS} if ids.rows is None else {}),
     )
 
 
@@ -76,12 +86,33 @@ def _tags_kept_whole(tokenizer: HfTokenizer) -> HfTokenizer:
 
 def save_hf_folder(model: Transformer, tokenizer_json: str, decode: DecodeConfig, folder: Path) -> None:
     """Write the model, tokenizer and generation settings into `folder` (safetensors weights: what
-    transformers 4 saves by default since 4.35, and version 5 always)."""
-    marian = marian_from_mtx(model).eval()
-    marian.generation_config = generation_config(decode, model.cfg)
+    transformers 4 saves by default since 4.35, and version 5 always): with mtx's ids and tokenizer, or an
+    imported model's own (see the module's docstring)."""
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    imported = isinstance(tokenizer, SpmPairTokenizer)
+    ids = MarianIds.of_import(tokenizer.marian_ids) if imported else MarianIds.of_mtx(model.vocab_size)
+    marian = marian_from_mtx(model, ids).eval()
+    marian.generation_config = generation_config(decode, model.cfg, ids)
     marian.save_pretrained(folder)
+    if imported:
+        save_marian_tokenizer(tokenizer, model.cfg.max_positions, folder)
+        return
     fast_tokenizer(tokenizer_json, model.cfg.max_positions).save_pretrained(folder)
     name_tokenizer_class(folder)
+
+
+def save_marian_tokenizer(tokenizer: SpmPairTokenizer, max_positions: int, folder: Path) -> None:
+    """An imported model's MarianTokenizer files as it came with them: its two SentencePiece models and its
+    vocabulary, then tokenizer_config.json as MarianTokenizer itself saves it."""
+    from transformers import MarianTokenizer
+
+    (folder / "source.spm").write_bytes(tokenizer.source_spm)
+    (folder / "target.spm").write_bytes(tokenizer.target_spm)
+    (folder / "vocab.json").write_text(json.dumps(tokenizer.marian_vocab(), indent=2, ensure_ascii=False) + "\n",
+                                       encoding="utf-8")
+    MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"),
+                    source_lang=tokenizer.source_lang, target_lang=tokenizer.target_lang,
+                    model_max_length=max_positions).save_pretrained(folder)
 
 
 def name_tokenizer_class(folder: Path) -> None:
@@ -113,8 +144,14 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 # print(pipeline("translation", model="{folder}")("The old friends tidy up his kitchen."))'''
 
 
-def hf_notes(decode: DecodeConfig) -> list[str]:
-    """Where `generate` with generation_config.json decodes differently from `mtx translate`."""
+# What the card of an imported model says of its tokenizer, in place of TOKENIZER_NOTE.
+MARIAN_TOKENIZER_NOTE = ("The tokenizer is the model's own MarianTokenizer (source.spm, target.spm, vocab.json), "
+                         "as it was imported, and appends </s> to each source")
+
+
+def hf_notes(decode: DecodeConfig, imported: bool = False) -> list[str]:
+    """Where `generate` with generation_config.json decodes differently from `mtx translate`; `imported`: the
+    model came from MarianMT and goes back with its MarianTokenizer."""
     penalty = ("the recipe's fairseq-style length penalty |Y|^α, as mtx's" if decode.lenpen_style == "fairseq" else
                "|Y|^α, where mtx's recipe divides by GNMT's ((5 + |Y|) / 6)^α, which generate cannot state: beam "
                "search may rank hypotheses of different lengths differently")
@@ -125,5 +162,5 @@ def hf_notes(decode: DecodeConfig) -> list[str]:
         f"mtx limits a translation of a source of n tokens to {decode.max_len_a} · n + {decode.max_len_b} tokens; "
         "generate has no limit relative to the source, so max_length is the model's own (max_positions tokens "
         "and the start token), the last a forced </s>.",
-        f"{TOKENIZER_NOTE}; greedy decoding gives mtx's own tokens.",
+        f"{MARIAN_TOKENIZER_NOTE if imported else TOKENIZER_NOTE}; greedy decoding gives mtx's own tokens.",
     ]

@@ -57,22 +57,18 @@ def model_card(checkpoint_path: Path, checkpoint: dict[str, Any], target: str, u
     """The card as Markdown; `target` names the format, `usage` is the code that translates with the folder,
     `notes` say where the export's decoding differs from mtx's."""
     recipe = checkpoint["recipe"]
-    data, cfg = recipe["data"], checkpoint["model_config"]
+    data, cfg = recipe.get("data") or {}, checkpoint["model_config"]
     run = run_folder(checkpoint_path, checkpoint["tokenizer"])
-    averaged = checkpoint.get("averaged_from")
-    origin = f" (the average of {len(averaged)} checkpoints)" if averaged else ""
-    if "ema_decay" in checkpoint:
-        origin += f", its exponential moving average of the weights (decay {checkpoint['ema_decay']:g})"
     targets = TargetLanguages.of_checkpoint(checkpoint)
     if targets.tags:  # a model of several target languages: the tag chooses, and the example has none
         notes = [*notes, "This model translates into " + ", ".join(targets.languages) + ": start each source sentence "
                  "with the tag of the language wanted and a space (" + ", ".join(f"`{tag} `" for tag in
                                                                           targets.tags.values()) + ")."]
     lines = [
-        f"# {recipe['name']}: {data['src_lang']} → {', '.join(targets.languages)} translation (mtx, {target})",
+        f"# {recipe.get('name', checkpoint_path.stem)}: {data.get('src_lang', 'en')} → "
+        f"{', '.join(targets.languages)} translation (mtx, {target})",
         "",
-        f"A Transformer trained with mtx and exported by `mtx export` (mtx {__version__}) from "
-        f"`{checkpoint_path.name}`, at step {checkpoint['step']:,}{origin}.",
+        _provenance(checkpoint_path, checkpoint),
         "",
         "## Use",
         "",
@@ -100,6 +96,22 @@ def model_card(checkpoint_path: Path, checkpoint: dict[str, Any], target: str, u
         "",
     ]
     return "\n".join(lines)
+
+
+def _provenance(checkpoint_path: Path, checkpoint: dict[str, Any]) -> str:
+    """Where the model comes from: trained with mtx (at a step, averaged, a moving average), or imported by
+    `mtx import` from a MarianMT model (mtx.importing) and maybe trained further."""
+    averaged = checkpoint.get("averaged_from")
+    origin = f" (the average of {len(averaged)} checkpoints)" if averaged else ""
+    if "ema_decay" in checkpoint:
+        origin += f", its exponential moving average of the weights (decay {checkpoint['ema_decay']:g})"
+    exported = f"exported by `mtx export` (mtx {__version__}) from `{checkpoint_path.name}`"
+    imported = checkpoint.get("imported_from")
+    if imported is None:
+        return f"A Transformer trained with mtx and {exported}, at step {checkpoint['step']:,}{origin}."
+    further = f", then trained with mtx for {checkpoint['step']:,} steps{origin}" if checkpoint["step"] else origin
+    return (f"A MarianMT model imported by `mtx import` from `{imported['source']}` (transformers "
+            f"{imported['transformers']}){further}, and {exported}.")
 
 
 def _data_section(run: Path | None) -> list[str]:
