@@ -19,6 +19,7 @@ docstring the map of its modules. A lower stage never imports a higher one (test
     score/       sacreBLEU and the paper's BLEU (`mtx score`)
     analysis/    attention and alignments (`mtx inspect`)
     export/      Hugging Face and CTranslate2 folders (`mtx export`)
+    importing/   a published MarianMT (OPUS-MT) model as an mtx checkpoint (`mtx import`)
     report/      reports of runs (`mtx report`)
     serve/       translation over HTTP (`mtx serve`)
     cli          the `mtx` command line: Typer wired to each stage's command

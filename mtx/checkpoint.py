@@ -27,6 +27,8 @@ primitives only, so loading a file cannot run code):
     lexicon               the training pairs' lexical table (mtx.data.lexicon: `Lexicon.to_checkpoint`), which
                           decoding shortlists are made of (mtx.decode.shortlist); absent from checkpoints of data
                           prepared before mtx learnt one
+    imported_from         a checkpoint made by `mtx import` (mtx.importing): the MarianMT folder or hub id@commit it
+                          was read from, the transformers version that read it, and notes on what it left out
     lenpen_choice         an averaged checkpoint made with `mtx average --tune-lenpen`: the valid BLEU and length
                           ratio of each length penalty α tried, and the one chosen, which its recipe's
                           decode.lenpen then holds (mtx.decode.lenpen_choice)
