@@ -40,10 +40,11 @@ class TargetLanguages:
         data = (checkpoint.get("recipe") or {}).get("data") or {}
         if data.get("target_tag") is None:
             return cls({}, [data.get("tgt_lang", "de")])
+        if isinstance(tokenizer, SpmPairTokenizer):  # the recipe `mtx import` stores has no corpus to load
+            spelling = data["target_tag"]
+            languages = [lang for tag in tokenizer.tags if (lang := language_of(spelling, tag))]
+            return cls({lang: spelling.replace("{lang}", lang) for lang in languages}, languages)
         config = recipe_from_dict(checkpoint["recipe"]).data
-        if isinstance(tokenizer, SpmPairTokenizer):
-            languages = [lang for tag in tokenizer.tags if (lang := language_of(config.target_tag, tag))]
-            return cls({lang: config.target_tag.replace("{lang}", lang) for lang in languages}, languages)
         return cls(config.target_tags, config.target_languages)
 
     def tagged(self, texts: Sequence[str], lang: str | None) -> list[str]:

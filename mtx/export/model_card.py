@@ -59,7 +59,7 @@ def model_card(checkpoint_path: Path, checkpoint: dict[str, Any], target: str, u
     recipe = checkpoint["recipe"]
     data, cfg = recipe.get("data") or {}, checkpoint["model_config"]
     run = run_folder(checkpoint_path, checkpoint["tokenizer"])
-    targets = TargetLanguages.of_checkpoint(checkpoint)
+    targets = TargetLanguages.of_checkpoint(checkpoint, Tokenizer.from_str(checkpoint["tokenizer"]))
     if targets.tags:  # a model of several target languages: the tag chooses, and the example has none
         notes = [*notes, "This model translates into " + ", ".join(targets.languages) + ": start each source sentence "
                  "with the tag of the language wanted and a space (" + ", ".join(f"`{tag} `" for tag in

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import marian_tokenizer_folder
 
 pytest.importorskip("sentencepiece")
 transformers = pytest.importorskip("transformers")
@@ -30,6 +31,7 @@ from mtx.cli import app  # noqa: E402
 from mtx.config.decode import DecodeConfig  # noqa: E402
 from mtx.data.demo import sample_pairs  # noqa: E402
 from mtx.decode.search import Constraints, LengthPenalty, search  # noqa: E402
+from mtx.decode.target_lang import TargetLanguages  # noqa: E402
 from mtx.errors import MtxError  # noqa: E402
 from mtx.export.command import export_checkpoint  # noqa: E402
 from mtx.importing.command import import_checkpoint  # noqa: E402
@@ -73,30 +75,12 @@ def run(*args: str) -> Ran:
 @pytest.fixture(scope="module")
 def texts() -> dict[str, list[str]]:
     pairs = [pair for pair in sample_pairs(6000, seed=5) if len(pair.en.split()) <= 8][:2000 + SENTENCES]
-    return {"train": [p.en for p in pairs[:2000]], "test": [p.en for p in pairs[2000:]],
-            "train_de": [p.de for p in pairs[:2000]]}
+    return {"train": [p.en for p in pairs[:2000]], "test": [p.en for p in pairs[2000:]]}
 
 
 @pytest.fixture(scope="module")
-def tokenizer_files(tmp_path_factory, texts) -> Path:
-    """source.spm, target.spm and vocab.json as OPUS-MT's: unigram models, Marian's joint vocabulary (</s> 0,
-    <unk> 1, the pieces, <pad> last)."""
-    import sentencepiece as spm
-
-    folder = tmp_path_factory.mktemp("spm")
-    vocab = {"</s>": 0, "<unk>": 1}
-    for name, lines in (("source", texts["train"]), ("target", texts["train_de"])):
-        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(folder / name),
-                                       model_type="unigram", vocab_size=150, character_coverage=1.0,
-                                       hard_vocab_limit=False, num_threads=1, minloglevel=2)
-        (folder / f"{name}.model").rename(folder / f"{name}.spm")
-        processor = spm.SentencePieceProcessor(model_file=str(folder / f"{name}.spm"))
-        for i in range(processor.get_piece_size()):
-            if not (processor.is_control(i) or processor.is_unknown(i)):
-                vocab.setdefault(processor.id_to_piece(i), len(vocab))
-    vocab["<pad>"] = len(vocab)
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    return folder
+def tokenizer_files(tmp_path_factory) -> Path:
+    return marian_tokenizer_folder(tmp_path_factory.mktemp("spm"))
 
 
 def marian_tokenizer(folder: Path, **languages: str):
@@ -104,7 +88,7 @@ def marian_tokenizer(folder: Path, **languages: str):
                                         str(folder / "vocab.json"), **languages)
 
 
-def train_to_copy(model, tokenizer, lines: list[str], steps: int = 250) -> None:
+def train_to_copy(model, tokenizer, lines: list[str], steps: int) -> None:
     """Teacher-forced AdamW steps on copying the source's ids: peaked distributions, so no near-ties."""
     torch.manual_seed(0)
     encoded = tokenizer(lines, truncation=True, max_length=LIMIT)["input_ids"]
@@ -123,7 +107,7 @@ def train_to_copy(model, tokenizer, lines: list[str], steps: int = 250) -> None:
 
 
 def build_folder(folder: Path, tokenizer_files: Path, lines: list[str], options: dict, lenpen: float,
-                 **config) -> Path:
+                 steps: int = 250, **config) -> Path:
     """A MarianMT folder as save_pretrained writes it, with a tokenizer of `tokenizer_files`."""
     tokenizer = marian_tokenizer(tokenizer_files, source_lang="en", target_lang="de")
     vocab = json.loads((tokenizer_files / "vocab.json").read_text(encoding="utf-8"))
@@ -135,7 +119,7 @@ def build_folder(folder: Path, tokenizer_files: Path, lines: list[str], options:
         max_position_embeddings=MAX_POSITIONS, dropout=0.0, pad_token_id=pad, decoder_start_token_id=pad,
         eos_token_id=0, forced_eos_token_id=0, **{**options, **config})
     model = transformers.MarianMTModel(marian_config)
-    train_to_copy(model, tokenizer, lines)
+    train_to_copy(model, tokenizer, lines, steps)
     with torch.no_grad():
         model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=torch.Generator()
                                                   .manual_seed(2)))
@@ -252,6 +236,22 @@ def test_the_ctranslate2_export_decodes_greedy_as_generate(folders, imported, te
     index = {s: i for i, s in enumerate(strings)}
     ours = [[tokenizer.marian_ids[index[s]] for s in r.hypotheses[0]] for r in results]
     assert ours == generated(folders["gelu-separate"], texts["test"], beam=1)
+
+
+def test_a_multilingual_model_takes_its_language_codes(tmp_path: Path, texts) -> None:
+    """A vocabulary with >>fra<< and >>deu<< codes: the recipe's target tag spells them, and --target-lang fra puts
+    >>fra<< first, as a user of MarianTokenizer writes it."""
+    files = marian_tokenizer_folder(tmp_path / "spm", pairs=300, languages=("fra", "deu"))
+    folder = build_folder(tmp_path / "mul", files, texts["train"], VARIANTS["opus-mt"], 1.0, steps=0)
+    import_checkpoint(str(folder), tmp_path / "mul.pt")
+    checkpoint = load_checkpoint(tmp_path / "mul.pt")
+    assert checkpoint["recipe"]["data"]["target_tag"] == ">>{lang}<<"
+    targets = TargetLanguages.of_checkpoint(checkpoint, Tokenizer.from_str(checkpoint["tokenizer"]))
+    assert targets.languages == ["fra", "deu"] and targets.tagged(["a cat"], "fra") == [">>fra<< a cat"]
+    source = tmp_path / "in.en"
+    source.write_text("a cat\n", encoding="utf-8")
+    result = run("translate", "-m", str(tmp_path / "mul.pt"), "-i", str(source), "--target-lang", "fra")
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 1, result.output
 
 
 # ----------------------------------------------------------------------------------------- round trip
