@@ -26,7 +26,7 @@ transformers = pytest.importorskip("transformers")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from mtx.checkpoint import load_checkpoint, load_model  # noqa: E402
+from mtx.checkpoint import load_checkpoint, load_model, save_checkpoint  # noqa: E402
 from mtx.cli import app  # noqa: E402
 from mtx.config.decode import DecodeConfig  # noqa: E402
 from mtx.data.demo import sample_pairs  # noqa: E402
@@ -408,3 +408,18 @@ def test_without_the_extra_the_command_names_it_and_exits_1(folders, tmp_path: P
     assert done.returncode == 1, done.stderr
     assert f"needs {module}" in done.stderr and "pip install 'mtx[marian]'" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "out.pt").exists()
+
+
+def test_other_commands_take_the_imported_checkpoint(imported, tmp_path: Path) -> None:
+    """average and inspect read it as any checkpoint; export writes a model card for a recipe without `data:`."""
+    result = run("average", str(imported["relu"]), str(imported["relu"]), "-o", str(tmp_path / "avg.pt"))
+    assert result.exit_code == 0, result.output
+    averaged, original = load_checkpoint(tmp_path / "avg.pt"), load_checkpoint(imported["relu"])
+    assert all(torch.equal(averaged["model"][k], v) for k, v in original["model"].items())
+    result = run("inspect", "-m", str(imported["relu"]), "The dog sleeps.")
+    assert result.exit_code == 0 and "layer" in result.output.lower(), result.output
+    bare = {**original, "recipe": {k: v for k, v in original["recipe"].items() if k != "data"}}
+    save_checkpoint(bare, tmp_path / "bare.pt")
+    export_checkpoint(tmp_path / "bare.pt", "hf", tmp_path / "hf")
+    card = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
+    assert "imported by `mtx import`" in card and "MarianTokenizer" in card
