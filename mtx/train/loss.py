@@ -1,9 +1,19 @@
 """Label-smoothed cross-entropy (paper §5.4, ε_ls = 0.1), summed over target tokens, padding ignored.
 
-fairseq's formulation: the smoothed target puts 1 − ε on the reference token and spreads ε uniformly over the
-V − 1 other tokens (ε / (V − 1) each), so per token the loss is
+The smoothed target distribution q puts 1 − ε on the reference token, nothing on PAD, and spreads ε uniformly
+over the V − 2 tokens that are neither (ε / (V − 2) each), as OpenNMT-py's LabelSmoothingLoss and the Annotated
+Transformer build it (`true_dist[:, padding_idx] = 0`), so per token the loss is
 
-    (1 − ε − ε/(V−1)) · (−log p(y)) + ε/(V−1) · Σ_v −log p(v)
+    (1 − ε − ε/(V−2)) · (−log p(y)) + ε/(V−2) · Σ_{v ≠ PAD} −log p(v)
+
+PAD is never a target, so a target distribution that gives it mass teaches the model to expect a token that never
+comes. fairseq spreads ε over the V − 1 non-reference tokens, PAD included; for a model trained here the
+difference is a small shift of the smoothed loss (`valid_loss` among its figures), while the unsmoothed `nll`,
+perplexity and everything decoded are untouched. For an imported MarianMT model it is what makes fine-tuning
+sound: its PAD has the output bias `mtx.importing.marian.NEVER` (−1e4), so p(PAD) is exactly 0 in float32 and
+−log p(PAD) about 1e4. In q, PAD would add ε/(V−1) · 1e4 nats a token to the loss, and its gradient would push
+PAD's bias and output row up at every step (Adam makes lr-sized steps of a consistent gradient, however small).
+Left out of q, PAD's logit gets the gradient p(PAD) − 0: exactly 0.
 
 The loss is a sum, not a mean: the trainer divides by the number of target tokens in the whole update, summed
 over micro-batches and ranks, so the gradient does not depend on how an update is split among them.
@@ -29,7 +39,8 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: 
 
     Any leading shape: (N, V) logits of just the target tokens, as the model gives them at `Batch.tgt_positions`, or
     (B, T, V) logits of a padded batch, as most models produce them. Targets equal to `pad_id` are ignored,
-    masked by multiplication rather than indexing, so no copy of the log-probabilities is made.
+    masked by multiplication rather than indexing, so no copy of the log-probabilities is made; `pad_id` is
+    also the type the smoothed target distribution leaves out.
     `nll_sum` (the unsmoothed loss, for perplexity) is detached; `n_tokens` counts non-pad targets.
     """
     lprobs = F.log_softmax(logits.float(), dim=-1)
@@ -39,14 +50,22 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: 
     n_tokens = keep.sum()
     if epsilon == 0.0:
         return nll_sum, nll_sum.detach(), n_tokens
-    smooth_sum = (-lprobs.sum(dim=-1) * keep).sum()
+    smooth_sum = (-_sum_but(lprobs, pad_id) * keep).sum()
     return _smoothed(nll_sum, smooth_sum, epsilon, lprobs.shape[-1]), nll_sum.detach(), n_tokens
 
 
+def _sum_but(lprobs: Tensor, column: int) -> Tensor:
+    """Σ over the last dimension of every column but one, as the sums of the two slices around it: not as the
+    total minus that column, which for an imported model's PAD (log-probability about −1e4) would cancel most
+    of float32's digits of the rest."""
+    return lprobs[..., :column].sum(-1) + lprobs[..., column + 1:].sum(-1)
+
+
 def _smoothed(nll_sum: Tensor, smooth_sum: Tensor, epsilon: float, vocab: int) -> Tensor:
-    """The label-smoothed loss from its two sums over tokens, −log p(reference) and Σ_v −log p(v): the
-    reference has weight 1 − ε and every other type ε / (V − 1), and the second sum counts the reference too."""
-    other = epsilon / (vocab - 1)
+    """The label-smoothed loss from its two sums over tokens, −log p(reference) and Σ_{v ≠ PAD} −log p(v): the
+    reference has weight 1 − ε, PAD none and every other type ε / (V − 2), and the second sum counts the
+    reference too."""
+    other = epsilon / (vocab - 2)
     return (1.0 - epsilon - other) * nll_sum + other * smooth_sum
 
 
@@ -63,8 +82,8 @@ def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor
     saves on bench/train.py's batch). So the projection, the loss and its gradient go together,
     `_CHUNK_ELEMENTS` logits at a time in one reused buffer: log-softmax in place, the loss terms, then softmax
     in place and the closed-form gradient with respect to the logits, p − q (q the smoothed target
-    distribution), multiplied at once into the gradients of `hidden` and `weight`, and summed over the tokens
-    into the gradient of `bias`. The backward only scales those by the incoming gradient.
+    distribution, nothing on PAD), multiplied at once into the gradients of `hidden` and `weight`, and summed
+    over the tokens into the gradient of `bias`. The backward only scales those by the incoming gradient.
 
     Under fp16 autocast the plain path is taken: fp16 gradients need the GradScaler's scale applied before they
     are cast, which a gradient computed in the forward cannot have. bf16 (and fp32) have fp32's range.
@@ -93,13 +112,13 @@ class _ProjectedSmoothedLoss(torch.autograd.Function):
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, epsilon: float,
                 pad_id: int, compute: torch.dtype, wanted: tuple[bool, bool, bool]) -> tuple[Tensor, Tensor]:
         n, vocab = hidden.shape[0], weight.shape[0]
-        other = epsilon / (vocab - 1)  # q of every token but the reference, which gets 1 − ε
+        other = epsilon / (vocab - 2)  # q of every token but the reference (1 − ε) and PAD (0)
         grad_hidden = torch.empty_like(hidden) if wanted[0] else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if wanted[1] else None
         grad_bias = torch.zeros_like(bias, dtype=torch.float32) if wanted[2] else None
         rows = max(1, _CHUNK_ELEMENTS.get(hidden.device.type, 2**28) // vocab)
         nll_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        all_sum = torch.zeros_like(nll_sum)  # Σ over tokens of Σ_v −log p(v)
+        smooth_sum = torch.zeros_like(nll_sum)  # Σ over tokens of Σ_{v ≠ PAD} −log p(v)
         # float32: one buffer for every chunk's logits, and gradients written in place. bf16: bf16 matmuls as
         # autocast would run them (it is off in here, the casts explicit), their outputs in fresh tensors.
         in_place = compute == torch.float32
@@ -119,10 +138,11 @@ class _ProjectedSmoothedLoss(torch.autograd.Function):
                 # on a GPU that test would make the host wait for the device.
                 keep = (t != pad_id).to(torch.float32)  # (rows, 1)
                 nll_sum -= (lprobs.gather(1, t) * keep).sum()
-                all_sum -= (lprobs.sum(1, keepdim=True) * keep).sum()
+                smooth_sum -= (_sum_but(lprobs, pad_id) * keep[:, 0]).sum()
                 if grad_hidden is None and grad_weight is None and grad_bias is None:
                     continue
                 grad = torch.softmax(lprobs, dim=-1, out=lprobs).sub_(other)
+                grad[:, pad_id] += other  # q(PAD) = 0
                 grad.scatter_add_(1, t, grad.new_full(t.shape, other - (1.0 - epsilon)))
                 if grad_bias is not None:  # Σ over the chunk's target tokens of the logits' gradient, in float32
                     grad_bias.addmv_(grad.t(), keep[:, 0])
@@ -142,7 +162,7 @@ class _ProjectedSmoothedLoss(torch.autograd.Function):
         ctx.weight_dtype = weight.dtype
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.mark_non_differentiable(nll_sum)
-        return _smoothed(nll_sum, all_sum, epsilon, vocab), nll_sum
+        return _smoothed(nll_sum, smooth_sum, epsilon, vocab), nll_sum
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):

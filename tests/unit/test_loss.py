@@ -1,4 +1,5 @@
-"""Label-smoothed cross-entropy: fairseq's formula, padding ignored, sums not means."""
+"""Label-smoothed cross-entropy: ε spread over the types that are neither the reference nor PAD (OpenNMT-py's
+and the Annotated Transformer's q), padding ignored, sums not means."""
 
 import dataclasses
 from collections import Counter
@@ -28,22 +29,29 @@ def example(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return logits, target
 
 
-def smoothed_reference(logits: torch.Tensor, target: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """Cross-entropy against the explicit smoothed distribution: 1 − ε on the reference, ε/(V−1) elsewhere."""
-    q = torch.full_like(logits, epsilon / (VOCAB - 1))
+def smoothed_reference(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad_id: int = PAD
+                       ) -> torch.Tensor:
+    """Cross-entropy, in float64, against the smoothed distribution written out: 1 − ε on the reference,
+    nothing on PAD, ε/(V−2) on every other type."""
+    q = torch.full(logits.shape, epsilon / (VOCAB - 2), dtype=torch.float64)
+    q[..., pad_id] = 0.0
     q.scatter_(-1, target.unsqueeze(-1), 1.0 - epsilon)
-    per_token = -(q * F.log_softmax(logits, dim=-1)).sum(-1)
-    return per_token[target != PAD].sum()
+    per_token = -(q * F.log_softmax(logits.double(), dim=-1)).sum(-1)
+    return per_token[target != pad_id].sum().float()
 
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
-def test_matches_cross_entropy_with_a_smoothed_distribution(epsilon: float) -> None:
+@pytest.mark.parametrize("pad_id", [PAD, 5])  # PAD is mtx's first id; a column inside the vocabulary too
+def test_matches_cross_entropy_with_a_smoothed_distribution(epsilon: float, pad_id: int) -> None:
     logits, target = example()
-    loss, nll, n_tokens = label_smoothed_loss(logits, target, epsilon)
-    torch.testing.assert_close(loss, smoothed_reference(logits, target, epsilon))
-    torch.testing.assert_close(nll, F.cross_entropy(logits.transpose(1, 2), target, ignore_index=PAD,
-                                                    reduction="sum"))
-    assert int(n_tokens) == int((target != PAD).sum()) == 5 + 3 + 1
+    target = target.masked_fill(target == pad_id, 4).masked_fill(target == PAD, pad_id)
+    loss, nll, n_tokens = label_smoothed_loss(logits, target, epsilon, pad_id)
+    torch.testing.assert_close(loss, smoothed_reference(logits, target, epsilon, pad_id))
+    cross_entropy = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=pad_id, reduction="sum")
+    torch.testing.assert_close(nll, cross_entropy)
+    if epsilon == 0.0:
+        torch.testing.assert_close(loss, cross_entropy)
+    assert int(n_tokens) == int((target != pad_id).sum()) == 5 + 3 + 1
 
 
 def test_padding_positions_do_not_count() -> None:
@@ -187,6 +195,27 @@ def test_projected_loss_equals_the_loss_of_the_logits(monkeypatch, chunk_element
         torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
     if padded:
         assert torch.all(results[1][3][[2, 3, 17]] == 0)
+
+
+@pytest.mark.parametrize("chunk_elements", [5 * VOCAB, 2**23])
+def test_a_pad_that_is_never_predicted_gets_no_gradient(monkeypatch, chunk_elements: int) -> None:
+    """An imported MarianMT model's PAD: a zero output row and the bias NEVER = −1e4, so p(PAD) is exactly 0.
+    Its −log p(PAD) of 1e4 is outside the smoothed target, so the loss is the written-out one and finite, and
+    PAD's bias and output row get exactly zero gradient, fused and unfused: nothing moves them in fine-tuning."""
+    monkeypatch.setitem(loss_module._CHUNK_ELEMENTS, "cpu", chunk_elements)
+    hidden, weight, target = projection_example()
+    target[[2, 17]] = PAD
+    bias = torch.randn(VOCAB, generator=torch.Generator().manual_seed(5))
+    weight[PAD], bias[PAD] = 0.0, -1e4
+    for compute in (lambda h, w, b: label_smoothed_loss(F.linear(h, w, b), target, 0.1),
+                    lambda h, w, b: projected_label_smoothed_loss(h, w, target, 0.1, bias=b)):
+        h, w, b = (t.clone().requires_grad_(True) for t in (hidden, weight, bias))
+        loss = compute(h, w, b)[0]
+        loss.backward()
+        assert torch.isfinite(loss)
+        torch.testing.assert_close(loss, smoothed_reference(F.linear(hidden, weight, bias), target, 0.1))
+        assert b.grad[PAD] == 0 and torch.all(w.grad[PAD] == 0)
+        assert torch.all(b.grad[1:] != 0)
 
 
 class OpCounter(TorchDispatchMode):
