@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from mtx.errors import MtxError, first_line
-from mtx.subword import METASPACE, PAD, SPECIAL_TOKENS, UNK, word_of_each_piece
+from mtx.subword import METASPACE, PAD, SPECIAL_TOKENS, UNK, Tags, word_of_each_piece
 
 FORMAT = "mtx-spm-pair-v1"  # `to_str` writes it first, so `wrote` knows its text without parsing it
 FILES = ("source.spm", "target.spm", "vocab.json")  # what a MarianMT folder's tokenizer is made of
@@ -99,7 +99,7 @@ def _load_spm(data: bytes, name: str) -> Any:
     return processor
 
 
-class SpmPairTokenizer:
+class SpmPairTokenizer(Tags):
     """An imported MarianMT tokenizer: text ↔ mtx ids without special tokens, as mtx.tokenizer.Tokenizer."""
 
     def __init__(self, source_spm: bytes, target_spm: bytes, vocab: Sequence[tuple[str, int]],
@@ -192,17 +192,8 @@ class SpmPairTokenizer:
 
     @functools.cached_property
     def _tag_ids(self) -> dict[str, int]:
+        """The target-language codes the vocabulary holds (`>>fra<<`): a multilingual model's tags."""
         return {piece: i for i, piece in enumerate(self._piece) if is_language_code(piece)}
-
-    @property
-    def tags(self) -> list[str]:
-        """The target-language codes the vocabulary holds (`>>fra<<`), in id order: a multilingual model's tags."""
-        return list(self._tag_ids)
-
-    @functools.cached_property
-    def special_tokens(self) -> dict[int, str]:
-        """mtx's four special tokens and the language codes by id: they add no text and belong to no word."""
-        return {**dict(enumerate(SPECIAL_TOKENS)), **{i: tag for tag, i in self._tag_ids.items()}}
 
     # ------------------------------------------------------------------------------------------- encoding
 

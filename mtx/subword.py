@@ -5,6 +5,7 @@ SentencePiece's spelling, the normalised text mtx's own vocabularies are learnt 
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -52,3 +53,21 @@ def word_of_each_piece(pieces: list[str]) -> list[int | None]:
         words += len(words_in_piece) - continues
         in_word = not visible[-1].isspace()
     return owners
+
+
+class Tags:
+    """What both tokenizers derive from their tags (the special tokens beyond the fixed four: corpus and
+    target-language tags, `<bt>`, `<2de>`, or an imported model's `>>fra<<` codes), given each tag's id in id
+    order as `_tag_ids`."""
+
+    _tag_ids: dict[str, int]
+
+    @property
+    def tags(self) -> list[str]:
+        """The tags, in id order."""
+        return list(self._tag_ids)
+
+    @functools.cached_property
+    def special_tokens(self) -> dict[int, str]:
+        """Every special token by its id, tags included: they add no text and belong to no word."""
+        return {**dict(enumerate(SPECIAL_TOKENS)), **{i: tag for tag, i in self._tag_ids.items()}}

@@ -52,7 +52,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 # The shared facts, kept importable from here (`X as X`: named for the modules that import them from mtx.tokenizer).
 from mtx.subword import BOS as BOS
 from mtx.subword import EOS as EOS
-from mtx.subword import METASPACE, SPECIAL_TOKENS, UNK, normalize_text, word_of_each_piece
+from mtx.subword import METASPACE, SPECIAL_TOKENS, UNK, Tags, normalize_text, word_of_each_piece
 from mtx.subword import PAD as PAD
 
 if TYPE_CHECKING:
@@ -275,7 +275,7 @@ def _metaspace_unigram(lines: Iterable[str], vocab_size: int, specials: list[str
     return HfTokenizer.from_str(json.dumps(spec))
 
 
-class Tokenizer:
+class Tokenizer(Tags):
     """A trained subword vocabulary of either style: text ↔ ids without special tokens."""
 
     def __init__(self, hf: HfTokenizer) -> None:
@@ -332,16 +332,6 @@ class Tokenizer:
         """Each tag's id, in id order, read from the vocabulary: a tokenizer loaded from JSON knows its tags."""
         return {token.content: i for i, token in sorted(self._hf.get_added_tokens_decoder().items())
                 if token.special and i >= len(SPECIAL_TOKENS)}
-
-    @property
-    def tags(self) -> list[str]:
-        """The special tokens beyond the fixed four, in id order: the tags of the corpora it was learnt for."""
-        return list(self._tag_ids)
-
-    @functools.cached_property
-    def special_tokens(self) -> dict[int, str]:
-        """Every special token by its id, tags included: they add no text and belong to no word."""
-        return {**dict(enumerate(SPECIAL_TOKENS)), **{i: tag for tag, i in self._tag_ids.items()}}
 
     def split_tags(self, text: str) -> tuple[list[int], str]:
         """(the ids of the tags that start `text`, each followed by a space; the text after them)."""
