@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import marian_tokenizer_folder
+from support import Server, marian_tokenizer_folder, serving
 
 pytest.importorskip("sentencepiece")
 transformers = pytest.importorskip("transformers")
@@ -221,6 +221,28 @@ def test_mtx_translate_gives_generates_text(folders, imported, texts, tmp_path: 
     batch = tokenizer(sentences, return_tensors="pt", padding=True)
     rows = marian.generate(**batch, max_length=LIMIT + 2, early_stopping=True)  # generation_config's beam 4, α 1
     assert result.stdout.splitlines() == tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
+@serving
+@pytest.mark.parametrize("engine", ["torch", "ct2"])
+def test_mtx_serve_answers_as_mtx_translate(imported, texts, tmp_path: Path, engine: str) -> None:
+    """The server holds an imported model as `mtx translate` does, with either engine (greedy: what CTranslate2
+    decodes exactly)."""
+    if engine == "ct2":
+        pytest.importorskip("ctranslate2")
+    sentences = texts["test"][:8]
+    source = tmp_path / "in.en"
+    source.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
+    flags = ["--beam", "1", "--max-len-a", "0", "--max-len-b", str(LIMIT)]
+    expected = run("translate", "-m", str(imported["opus-mt"]), "-i", str(source), *flags)
+    assert expected.exit_code == 0, expected.output
+    server = Server(imported["opus-mt"], tmp_path / "serve.log", "--engine", engine)
+    try:
+        status, _, answer = server.translate({"text": sentences, "beam": 1, "max_len_a": 0, "max_len_b": LIMIT})
+    finally:
+        server.stop()
+    assert status == 200, answer
+    assert [t["text"] for t in answer["translations"]] == expected.stdout.splitlines()
 
 
 def test_the_ctranslate2_export_decodes_greedy_as_generate(folders, imported, texts, tmp_path: Path) -> None:
