@@ -29,8 +29,9 @@ python=${PYTHON:-python3}
 # on the real-data corpus, whose teachers translate 0.79 of the references' length with α 1.0 and 0.96 with 1.5
 # (docs/benchmarks/defaults.md).
 recipes=$here corpus=runs/kd-corpus run=kd alpha=1.0 pairs=(--pairs 20000) sizes=() smoke=
-# The imported variant's default teacher: marian_teacher.py's OPUS-MT shape at 3 + 3 layers, width 256.
-marian_sizes=(--spm-size 4000 --lr 1e-3 --warmup 200 --max-steps 1200)
+# The imported variant's default teacher: marian_teacher.py's OPUS-MT shape at 3 + 3 layers, width 256, for the
+# 983 updates of 2,048 tokens that 32 minutes gave it on 2 shared cores (examples/distillation/README.md).
+marian_sizes=(--spm-size 4000 --lr 1e-3 --warmup 200 --max-steps 983)
 case $variant in
   demo|imported) ;;
   smoke|imported-smoke)
