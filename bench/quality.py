@@ -200,7 +200,7 @@ class Grid:
             "model": {"preset": size.preset, **size.model},
             "train": {"max_tokens": size.max_tokens, "lr": size.lr, "warmup": size.warmup,
                       "max_steps": max(self.budgets), "save_every": size.save_every, "keep_last": 0,
-                      "validate_every": max(self.budgets), "valid_max_sentences": 200, "log_every": 100,
+                      "validate_every": size.save_every, "valid_max_sentences": 200, "log_every": 100,
                       "device": size.device, "precision": "auto", "ema_decay": 0.999},
             "decode": {"beam": 4, "lenpen": 0.6, "lenpen_style": "gnmt"},
         }

@@ -187,14 +187,23 @@ def read_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
 def recipe_from_raw(raw: dict[str, Any], path: str | Path) -> Recipe:
     """The recipe of the parsed mapping `raw`, read from the file `path`, which its errors name."""
     try:
-        return _dataclass_from_mapping(Recipe, raw, "")
+        return _resolved(_dataclass_from_mapping(Recipe, raw, ""), raw)
     except ConfigError as e:
         raise ConfigError(f"Recipe {path}: {e}") from None
 
 
 def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
     """A recipe from an already-parsed mapping, e.g. the copy stored in a checkpoint or manifest."""
-    return _dataclass_from_mapping(Recipe, raw, "")
+    return _resolved(_dataclass_from_mapping(Recipe, raw, ""), raw)
+
+
+def _resolved(recipe: Recipe, raw: dict[str, Any]) -> Recipe:
+    """`recipe` with the defaults that depend on which keys `raw` gives settled: train.tune_lenpen, on unless
+    decode.lenpen is given (pinned). A recipe stored before the key existed gives every decode key, so its α
+    counts as pinned: its run is decoded as it was."""
+    if recipe.train.tune_lenpen is None:
+        recipe.train.tune_lenpen = "lenpen" not in (raw.get("decode") or {})
+    return recipe
 
 
 def dump_recipe(recipe: Recipe) -> str:

@@ -60,13 +60,25 @@ class TrainConfig:
         None, "Also write one when this many minutes have passed since the last (the paper: every 10 minutes).",
         bounds=POSITIVE)
     keep_last: int = setting(5, "Step checkpoints kept, the newest; 0 keeps all.", bounds=Bounds(0, note="0 keeps all"))
+    keep_best: int = setting(
+        5, "Step checkpoints also kept for their validation: the best N by train.best_metric, beside the keep_last "
+        "newest, for `mtx average --best`. Only a checkpoint written at a validated step has a score (save_every "
+        "a multiple of validate_every).", bounds=Bounds(0, note="0 keeps none for their score"))
+    best_metric: Literal["bleu", "nll"] = setting(
+        "bleu", "The validation score that picks best.pt, counts train.patience, and ranks the checkpoints that "
+        "train.keep_best keeps and `mtx average --best` averages: bleu (the valid decode's, higher is better) or "
+        "nll (the references' per-token negative log-likelihood, lower is better).")
     validate_every: int = setting(1000, "Compute the valid loss and BLEU every this many updates.", bounds=AT_LEAST_1)
     valid_beam: int = setting(1, "Beam of the validation's decoding; 1 is greedy.", bounds=AT_LEAST_1)
     valid_max_sentences: int | None = setting(None, "Decode only N valid sentences for BLEU, spread evenly over "
                                               "the valid set (over each language pair's, for a model of several).",
                                               bounds=AT_LEAST_1)
-    patience: int | None = setting(None, "Stop after this many validations without a better valid BLEU.",
+    patience: int | None = setting(None, "Stop after this many validations without a better train.best_metric.",
                                    bounds=AT_LEAST_1)
+    tune_lenpen: bool | None = setting(
+        None, "Choose decode.lenpen's α on the valid split, for the checkpoint that training ends on and in `mtx "
+        "average`, and store it there (what `mtx average --tune-lenpen` does). null: yes, unless the recipe gives "
+        "decode.lenpen itself (a pinned α, such as the paper's 0.6, is kept).")
     log_every: int = setting(100, "Log the training loss, learning rate and speed every this many updates.",
                              bounds=AT_LEAST_1)
     bleu_milestones: list[float] = setting(

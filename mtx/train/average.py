@@ -8,7 +8,7 @@ model than any one of them, at no cost at inference. A run that keeps a moving a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,39 @@ def last_checkpoints(directory: Path, last: int) -> list[Path]:
     if len(found) < last:
         raise MtxError(f"--last {last} asks for more checkpoints than the {len(found)} in {directory}.")
     return [path for _, path in found[-last:]]
+
+
+def best_checkpoints(directory: Path, n: int, say: Callable[[str], None], fallback: bool = False) -> list[Path]:
+    """The `n` step_<N>.pt files of a run's checkpoints/ folder with the best validation scores by the run's
+    train.best_metric (mtx.train.best), oldest first.
+
+    Each checkpoint written at a validated step carries that validation's scores; one without (saved between
+    validations, or by an mtx from before) is not ranked. Where fewer than `n` hold scores, `fallback` (mtx
+    average's default choice) takes the last `n`, as the paper averages, and says so: a run trained before
+    checkpoints kept their scores averages as it did; without it (--best N asked for) that is an error."""
+    from mtx.config.loading import recipe_from_dict
+    from mtx.train.best import best_steps, describe
+
+    found = step_checkpoints(directory)
+    if not found:
+        raise MtxError(f"No step_<N>.pt checkpoints in {directory}: train first with `mtx train RECIPE`.")
+    headers = {step: load_checkpoint(path, mmap=True, weights=False) for step, path in found}
+    metric = recipe_from_dict(headers[found[-1][0]]["recipe"]).train.best_metric
+    scored = [(step, header["valid"]) for step, header in headers.items() if "valid" in header]
+    if len(scored) < n and not fallback:
+        raise MtxError(f"--best {n}: only {len(scored)} of the {len(found)} checkpoints in {directory} carry a "
+                       "validation score (a checkpoint written at a validated step does): validate at every save "
+                       "(train.validate_every = save_every), or average the last N with --last N.")
+    if len(scored) < n:
+        say(f"{len(scored)} of the {len(found)} checkpoints in {directory} carry a validation score, fewer than "
+            f"{n}: averaging the last {n} instead (validate at every save, train.validate_every = save_every, for "
+            "the best to be chosen).\n")
+        return last_checkpoints(directory, n)
+    chosen = best_steps(scored, metric, n)
+    values = ", ".join(f"{step:,} ({headers[step]['valid'][metric]:.3f})" for step in chosen)
+    say(f"the best {n} of {len(scored)} by {describe(metric)}: steps {values}\n")
+    paths = dict(found)
+    return [paths[step] for step in chosen]
 
 
 def _identity(checkpoint: dict[str, Any]) -> tuple:

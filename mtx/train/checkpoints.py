@@ -178,7 +178,8 @@ class CheckpointKeeper:
         minutes = self.recipe.train.save_every_minutes
         return minutes is not None and self.clock() - self.last_save_time >= 60 * minutes
 
-    def save(self, step: int, progress: dict[str, Any], wait: bool = False) -> None:
+    def save(self, step: int, progress: dict[str, Any], wait: bool = False,
+             valid: dict[str, float] | None = None) -> None:
         """step_<N>.pt, then last.pt as a hard link to it (no second write), the oldest steps beyond
         train.keep_last pruned, the training state of those older than the newest two dropped. Called on all
         ranks at the same update; only rank 0 writes.
@@ -195,9 +196,9 @@ class CheckpointKeeper:
         train_state = {"progress": progress, "optimizer": self.optimizer.state_dict(),
                        "scaler": self.scaler.state_dict()}
         if wait or not self.background:
-            self._write_step(step, self._checkpoint(step, train_state), drop_older_state=not wait)
+            self._write_step(step, self._checkpoint(step, train_state, valid=valid), drop_older_state=not wait)
             return
-        checkpoint = self._checkpoint(step, _to_cpu(train_state), copy=True)
+        checkpoint = self._checkpoint(step, _to_cpu(train_state), copy=True, valid=valid)
         self._writing = _Write(lambda: self._write_step(step, checkpoint, drop_older_state=True))
 
     def flush(self) -> None:
@@ -228,7 +229,7 @@ class CheckpointKeeper:
             save_checkpoint(self._checkpoint(step, train_state=None, ema_only=True), self.directory / "best.pt")
 
     def _checkpoint(self, step: int, train_state: dict[str, Any] | None, copy: bool = False,
-                    ema_only: bool = False) -> dict[str, Any]:
+                    ema_only: bool = False, valid: dict[str, float] | None = None) -> dict[str, Any]:
         ema = None if self.ema is None else self.ema.state_dict()
         checkpoint = make_checkpoint(self.model, self.tokenizer.to_str(), self.recipe.to_dict(), step, train_state,
                                      copy, ema=ema, ema_decay=self.recipe.train.ema_decay, ema_only=ema_only)
@@ -236,6 +237,8 @@ class CheckpointKeeper:
             checkpoint["data_stats"] = self.data_stats
         if self.lexicon is not None:
             checkpoint["lexicon"] = self.lexicon.to_checkpoint()
+        if valid is not None:
+            checkpoint["valid"] = dict(valid)
         return checkpoint
 
 

@@ -105,6 +105,7 @@ class Trainer:
         self.session_start = self.clock()
         self.seconds_before = self.state.train_seconds
         self.last_lr, self.last_grad_norm = 0.0, torch.zeros(())
+        self.validated: dict[str, float] | None = None  # the newest validation's scores, stored with its step's save
 
     # ---- the loop
 
@@ -251,6 +252,8 @@ class Trainer:
             valid["valid_pairs"] = {pair: {"bleu": pair_bleu, "length_ratio": pair_ratio}
                                     for pair, (pair_bleu, pair_ratio) in scores.pairs.items()}
         parts.log.record(valid)
+        self.validated = {"step": state.step, "loss": scores.loss, "nll": scores.nll, "bleu": bleu,
+                          "length_ratio": scores.length_ratio}
         for milestone in milestones_reached(self.cfg.bleu_milestones, state.milestones, valid):
             state.milestones.append(milestone)
             parts.log.record(milestone)
@@ -261,7 +264,8 @@ class Trainer:
         the background unless `wait`."""
         self._check_lock()
         progress = {**dataclasses.asdict(self.state), **self.parts.log.carried_over()}
-        self.parts.keeper.save(self.state.step, progress, wait=wait)
+        validated = self.validated if self.validated and self.validated["step"] == self.state.step else None
+        self.parts.keeper.save(self.state.step, progress, wait=wait, valid=validated)
 
     def _check_lock(self) -> None:
         """Before a checkpoint write: rank 0 reads the lock file now, and every rank stops if another command

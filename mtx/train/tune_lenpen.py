@@ -1,0 +1,103 @@
+"""The length penalty chosen on a run's valid split and stored in a checkpoint: what `mtx average` (by default,
+or with --tune-lenpen) and the end of `mtx train` (train.tune_lenpen) do, through mtx.decode.lenpen_choice's
+one beam search with every α rescored.
+
+Whether to choose at all is the recipe's train.tune_lenpen, settled when the recipe is read (mtx.config.loading):
+on, unless the recipe gives decode.lenpen itself, as the WMT14 recipes give the paper's 0.6.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtx.config.decode import DecodeConfig
+from mtx.errors import MtxError
+
+
+@dataclass(frozen=True)
+class ValidToTune:
+    """What `--tune-lenpen` chooses α on: the whole valid split of the checkpoints' run, as `mtx prepare` wrote it,
+    and the recipe's search. Read, and refused, before averaging.
+
+    The run's data is looked for beside the checkpoints first (RUN/data for RUN/checkpoints/step_<N>.pt), then
+    where the recipe's run_dir says: a run folder moved or copied elsewhere keeps its data beside its
+    checkpoints, while run_dir still names where it was trained, where another run may now be. Either way the
+    data must have been prepared with the checkpoints' own tokenizer: on text another tokenizer splits, the
+    model's token ids mean other subwords, and the α chosen would be chosen on nonsense.
+    """
+
+    data_dir: Path
+    decode: DecodeConfig
+    sources: list[str]
+    refs: list[str]
+
+    @classmethod
+    def of_run(cls, checkpoint: dict[str, Any], path: Path) -> ValidToTune:
+        """The valid split of the run of `checkpoint`, read from the file `path`."""
+        from mtx.config.loading import recipe_from_dict
+        from mtx.data.prepared import load_manifest
+        from mtx.decode.lenpen_choice import check_searchable
+        from mtx.tokenizer import Tokenizer
+        from mtx.train.run_data import has_valid_split, valid_text
+
+        recipe, decode = recipe_from_dict(checkpoint["recipe"]), DecodeConfig.of_checkpoint(checkpoint)
+        check_searchable(decode, f"--tune-lenpen: the recipe of run {recipe.name}")
+        places = run_data_places(path, recipe.run_path / "data")
+        data_dir = next((place for place in places if (place / "manifest.json").is_file()), None)
+        if data_dir is None:
+            raise MtxError(f"--tune-lenpen translates the valid split of the checkpoints' run, {recipe.name}, and "
+                           f"its prepared data is not at {' or at '.join(map(str, places))} (looked for beside the "
+                           f"folder of {path}, then where its recipe's run_dir says): average the checkpoints inside "
+                           "their own run folder (RUN/checkpoints beside RUN/data), or leave out --tune-lenpen.")
+        manifest = load_manifest(data_dir)
+        own, theirs = Tokenizer.from_str(checkpoint["tokenizer"]).sha256, str(manifest.get("tokenizer_sha256"))
+        if theirs != own:
+            raise MtxError(f"--tune-lenpen would choose α on {data_dir}, but that data was prepared with another "
+                           f"tokenizer than {path} was trained with (sha256 {theirs[:12]} there, {own[:12]} in the "
+                           "checkpoint): it is another run's data. Average the checkpoints inside their own run "
+                           "folder (RUN/checkpoints beside RUN/data), or leave out --tune-lenpen.")
+        if not has_valid_split(manifest):
+            raise MtxError(f"--tune-lenpen translates the valid split of the checkpoints' run, and {data_dir} has "
+                           "none: add one to the recipe's data.source and run `mtx prepare` again, or leave out "
+                           "--tune-lenpen.")
+        sources, refs, _ = valid_text(recipe.data, manifest, data_dir)
+        return cls(data_dir, decode, sources, refs)
+
+    def with_chosen_lenpen(self, checkpoint: dict[str, Any], device: str, log: Callable[[str], None]
+                           ) -> dict[str, Any]:
+        """`checkpoint` with the α that translates the valid split best as its recipe's decode.lenpen, and what
+        choosing it found as its `lenpen_choice` (mtx.decode.lenpen_choice)."""
+        from mtx.checkpoint import model_of
+        from mtx.decode.ensemble import without_weights
+        from mtx.decode.facts import ModelFacts
+        from mtx.decode.lenpen_choice import choose_lenpen
+        from mtx.decode.torch_engine import engine_of_model
+        from mtx.decode.translator import prepare_model
+        from mtx.devices import choose_device
+
+        model, tokenizer = model_of(checkpoint, "the average")
+        model = prepare_model(model, choose_device(device, "--device"), "auto")
+        facts = ModelFacts.of_metadata([Path("the average")], tokenizer, [without_weights(checkpoint)])
+        log(f"choosing the length penalty α ({self.decode.lenpen_style}) on the {len(self.sources):,} valid "
+            f"sentences of {self.data_dir}, beam {self.decode.beam}\n")
+        shown = sys.stderr.isatty()  # the progress line, as mtx translate shows it
+        choice = choose_lenpen(engine_of_model(model, facts, every_ending=True), self.sources, self.refs, self.decode,
+                               progress=(lambda stats: log(f"\r{stats.summary()}")) if shown else None)
+        if shown:
+            log("\n")
+        log(f"{choice.table()}\ndecode.lenpen: {choice.before:g} → {choice.chosen:g}\n")
+        stored = checkpoint["recipe"]
+        return {**checkpoint, "recipe": {**stored, "decode": {**stored.get("decode", {}), "lenpen": choice.chosen}},
+                "lenpen_choice": choice.to_dict()}
+
+
+def run_data_places(checkpoint: Path, recipe_data: Path) -> list[Path]:
+    """Where a checkpoint's run keeps its prepared data, in the order to look: beside the checkpoints' folder when
+    it is a run's (RUN/checkpoints → RUN/data), then `recipe_data` (the recipe's run_dir/data), once each."""
+    folder = checkpoint.resolve().parent
+    beside = [folder.parent / "data"] if folder.name == "checkpoints" else []
+    return list(dict.fromkeys([*beside, recipe_data.resolve()]))
