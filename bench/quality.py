@@ -6,16 +6,17 @@ two rows do. So each row here is trained with several seeds on both language pai
 (bench/real_corpus.py) at fixed budgets, and reported as the mean ± standard deviation over seeds, with a paired
 bootstrap test (sacreBLEU's, what `mtx score --baseline` runs) on the seeds' outputs put end to end: of each row
 against the defaults' row translated the same way, and of each way of translating the defaults' row against
-its last checkpoint with the paper's length penalty.
+the ways a user's habit gives (`baselines_of`).
 
 - Rows (`ROWS`) change one training default each from the defaults' row: the vocabulary (byte-level BPE,
   metaspace BPE, metaspace unigram), BPE-dropout, pre- against post-norm, label smoothing.
-- Each run is translated several ways (`WAYS`), from the same checkpoints: the weights of the budget's last
-  update, the average of the last `AVERAGED` checkpoints up to it (the paper's §6.1), and the moving average of
-  the weights (train.ema_decay: every run keeps one; it never changes the training, so "EMA off" is the same
-  run's own weights); every way with the paper's length penalty (GNMT's, α 0.6), and the defaults' row also
-  with GNMT's α 1.0 and fairseq's len^α at α 0.6, 1.0 (mtx's default), 1.5 and 2.0, and at the α that
-  `mtx average --tune-lenpen` chooses for the run on its valid split (on the average).
+- Each run is translated several ways (`WAYS`) at each budget, from its checkpoints up to that budget alone (as
+  the run would stand had it stopped there; every checkpoint carries its validation's scores): the weights of
+  the budget's last update, and the average of the last `AVERAGED` (the paper's §6.1), with the paper's length
+  penalty (GNMT's, α 0.6); and the defaults' row also with the α `mtx average` chooses on the valid split, for
+  those two, for the average of the `AVERAGED` best by valid BLEU and by valid nll, and as `mtx average
+  --dir` makes it with no flag (what README's pipeline runs). Results recorded before the grid took these ways
+  (a moving average of the weights, fixed α 1.0–2.0) stay in the table, each with the training it came from.
 - Tokens per training sentence of each vocabulary, on each side (from the data manifests).
 - Sizes (`SIZES`): `cpu` fits these 2-core machines (a few hours for the whole grid, two runs at a time, one
   thread each); `gpu` is for one H200 (`--device cuda`), several runs at a time on the one GPU.
@@ -57,6 +58,7 @@ import yaml
 
 from mtx.config.decode import DecodeConfig
 from mtx.score.metrics import score
+from mtx.train.best import best_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 MTX = [sys.executable, "-m", "mtx"]  # from this source tree (PYTHONPATH), as on a GPU machine with no install
@@ -84,10 +86,16 @@ ROWS = (
 
 @dataclass(frozen=True)
 class Way:
-    """How a trained run is translated: which weights, and with which length penalty: α as given, or, `tuned`,
-    as `mtx average --tune-lenpen` chooses it on the run's valid split."""
+    """How a trained run is translated: which weights, and with which length penalty: α as given, or, `tuned`, as
+    `mtx average` chooses it on the run's valid split (in the style of mtx's default, fairseq's).
 
-    weights: str  # "last", "average" or "ema"
+    The weights, each taken from the checkpoints up to the budget only, as a run stopped there would have them:
+    "last", the budget's own; "average", the mean of the last AVERAGED (the paper's §6.1); "best", the mean of the
+    AVERAGED with the best valid BLEU (`mtx average --best`, the run's train.best_metric); "best-nll", of the
+    AVERAGED with the best valid nll; "default", what `mtx average --dir RUN/checkpoints -o OUT` makes with no
+    flag at all, as README's pipeline runs it."""
+
+    weights: str
     lenpen_style: str = "gnmt"
     lenpen: float = 0.6
     rows: tuple[str, ...] | None = None  # the rows it is measured on; None: all
@@ -102,12 +110,11 @@ class Way:
         return f"{self.weights}/{self.penalty}"
 
 
+TUNED = DecodeConfig().lenpen_style  # the style `mtx average` tunes in, a recipe's default
 WAYS = (
-    Way("last"), Way("average"), Way("ema"),
-    *(Way("average", style, alpha, rows=("defaults",)) for style, alpha in (("gnmt", 1.0), ("fairseq", 0.6),
-                                                                              ("fairseq", 1.0), ("fairseq", 1.5),
-                                                                              ("fairseq", 2.0))),
-    Way("average", "fairseq", rows=("defaults",), tuned=True),
+    Way("last"), Way("average"),
+    *(Way(weights, TUNED, rows=("defaults",), tuned=True) for weights in ("last", "average", "best", "best-nll",
+                                                                           "default")),
 )
 
 
@@ -201,8 +208,8 @@ class Grid:
             "train": {"max_tokens": size.max_tokens, "lr": size.lr, "warmup": size.warmup,
                       "max_steps": max(self.budgets), "save_every": size.save_every, "keep_last": 0,
                       "validate_every": size.save_every, "valid_max_sentences": 200, "log_every": 100,
-                      "device": size.device, "precision": "auto", "ema_decay": 0.999},
-            "decode": {"beam": 4, "lenpen": 0.6, "lenpen_style": "gnmt"},
+                      "device": size.device, "precision": "auto"},
+            "decode": {"beam": 4},
         }
         return merged(base, nested(row.changes))
 
@@ -259,29 +266,53 @@ class Grid:
         return run
 
     def weights(self, run: Path, budget: int, way: Way) -> Path:
-        """The checkpoint to translate with: the budget's own (its moving average, or its weights as trained
-        with the moving average taken out) or the average of the last AVERAGED up to it, with the length penalty
-        of a tuned way chosen on the valid split and stored in it."""
-        folder = run / "checkpoints"
-        steps = self.averaged_steps(budget)
-        if way.weights == "ema":
+        """The checkpoint to translate with, made as a user makes it from the run stopped at `budget`
+        (`view`): the budget's own step checkpoint, or `mtx average` of the ones the way names, with the length
+        penalty of a tuned way chosen on the valid split and stored in it."""
+        view = self.view(run, budget)
+        folder = view / "checkpoints"
+        out = run / "weights" / f"{budget}-{way.name.replace('/', '-')}.pt"
+        if way.weights == "last" and not way.tuned:
             return folder / f"step_{budget}.pt"
-        own = [self.own_weights(folder / f"step_{step}.pt", run / "own" / f"step_{step}.pt") for step in steps]
-        if way.weights == "last":
-            return own[-1]
-        averaged = run / "own" / f"average_{budget}.pt"
-        if not averaged.exists():
-            self.mtx("average", *map(str, own), "-o", str(averaged), threads=1)
-        if not way.tuned:
-            return averaged
-        tuned = run / "own" / f"average_{budget}-{way.penalty}.pt"
-        if not tuned.exists():
-            # The runs' recipes keep the paper's penalty; the style tuned, from mtx's default α, is the way's.
-            styled = self.own_weights(averaged, run / "own" / f"average_{budget}-{way.lenpen_style}.pt",
-                                      {"lenpen_style": way.lenpen_style, "lenpen": DecodeConfig().lenpen})
-            self.mtx("average", str(styled), "-o", str(tuned), "--tune-lenpen", "--device", self.size.device,
-                     threads=self.size.threads)
-        return tuned
+        if out.exists():
+            return out
+        out.parent.mkdir(exist_ok=True)
+        chosen: list[str] = {
+            "last": [str(folder / f"step_{budget}.pt")],
+            "average": ["--dir", str(folder), "--last", str(AVERAGED)],
+            "best": ["--dir", str(folder), "--best", str(AVERAGED)],
+            "best-nll": [str(folder / f"step_{step}.pt") for step in self.best_steps(folder, "nll")],
+            "default": ["--dir", str(folder)],
+        }[way.weights]
+        tuning = [] if way.weights == "default" else ["--tune-lenpen" if way.tuned else "--no-tune-lenpen"]
+        self.mtx("average", *chosen, "-o", str(out), *tuning, "--device", self.size.device,
+                 threads=self.size.threads)
+        return out
+
+    def view(self, run: Path, budget: int) -> Path:
+        """The run as it stood after `budget` updates: a folder of links to its step checkpoints up to then, and
+        to its data, where `mtx average --dir` sees what it would have seen had the run stopped there."""
+        view = run / f"at-{budget}"
+        if not (view / "checkpoints").is_dir():
+            staging = run / f".at-{budget}"
+            shutil.rmtree(staging, ignore_errors=True)
+            (staging / "checkpoints").mkdir(parents=True)
+            for path in (run / "checkpoints").glob("step_*.pt"):
+                if int(path.stem.removeprefix("step_")) <= budget:
+                    os.link(path, staging / "checkpoints" / path.name)
+            (staging / "data").symlink_to(run / "data", target_is_directory=True)
+            staging.rename(view)
+        return view
+
+    @staticmethod
+    def best_steps(folder: Path, metric: str) -> list[int]:
+        """The AVERAGED steps of `folder` whose checkpoints' validation is best by `metric` (mtx.train.best)."""
+        scored = []
+        for path in folder.glob("step_*.pt"):
+            valid = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("valid")
+            if valid is not None:
+                scored.append((int(path.stem.removeprefix("step_")), valid))
+        return best_steps(scored, metric, AVERAGED)
 
     @staticmethod
     def run_identity(step_checkpoint: Path) -> str:
@@ -295,27 +326,17 @@ class Grid:
         return digest.hexdigest()[:16]
 
     @staticmethod
+    def steps_of(checkpoint: Path) -> list[int]:
+        """The updates whose weights a checkpoint holds: the one of a step checkpoint, those an average is of."""
+        loaded = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+        sources = loaded.get("averaged_from") or [checkpoint.name]
+        return [int(Path(source).stem.removeprefix("step_")) for source in sources]
+
+    @staticmethod
     def chosen_lenpen(checkpoint: Path) -> float | None:
         """The α `mtx average --tune-lenpen` chose for a checkpoint; None for one it did not make."""
         choice = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True).get("lenpen_choice")
         return None if choice is None else choice["chosen"]
-
-    @staticmethod
-    def own_weights(checkpoint: Path, out: Path, decode: dict[str, Any] | None = None) -> Path:
-        """A copy of a checkpoint without its moving average, so that it translates with its own weights (an
-        average has none: it is its weights), and with the decoding options `decode` over its recipe's."""
-        if not out.exists():
-            loaded = torch.load(checkpoint, map_location="cpu", weights_only=True)
-            if "ema" in loaded:
-                loaded.pop("ema_decay")
-            for key in ("ema", "train_state"):
-                loaded.pop(key, None)
-            if decode:
-                loaded["recipe"]["decode"] = {**loaded["recipe"]["decode"], **decode}
-            out.parent.mkdir(exist_ok=True)
-            torch.save(loaded, out.with_suffix(".tmp"))
-            out.with_suffix(".tmp").rename(out)
-        return out
 
     def result_file(self, pair: str, row: Row, seed: int, budget: int, way: Way) -> Path:
         """Where one result's JSON line is kept under --out; its translations beside it, named for the target."""
@@ -378,6 +399,7 @@ class Grid:
                   "chrf": round(scored["chrf"], 2), "ratio": round(scored["ratio"], 3),
                   "train_seconds": round(json.loads(seconds_file.read_text()), 1) if seconds_file.exists() else None,
                   "lenpen": self.chosen_lenpen(checkpoint) if way.tuned else way.lenpen,
+                  "steps": self.steps_of(checkpoint),
                   "run": self.run_identity(run / "checkpoints" / f"step_{budget}.pt"),
                   # the kernels PyTorch runs here (AVX2, AVX-512): runs trained on another kind of CPU differ
                   "cpu": torch.backends.cpu.get_cpu_capability()}
@@ -400,16 +422,14 @@ class Grid:
         self.prune(run)
         return results
 
-    def averaged_steps(self, budget: int) -> list[int]:
-        """The steps whose checkpoints are averaged for `budget`, oldest first."""
-        return [budget - k * self.size.save_every for k in range(AVERAGED - 1, -1, -1)]
-
     def prune(self, run: Path) -> None:
-        """Delete the step checkpoints no budget reads (the newest stays, for a longer budget to train on)."""
-        needed = {step for budget in self.budgets for step in self.averaged_steps(budget)} | {max(self.budgets)}
-        for path in (run / "checkpoints").glob("step_*.pt"):
-            if int(path.stem.removeprefix("step_")) not in needed:
-                path.unlink()
+        """Once a run's every result is in: delete what only translating read (the budgets' views, the checkpoints
+        made from them) and every step checkpoint but the newest, which a longer budget trains on."""
+        for made in [*run.glob("at-*"), run / "weights"]:
+            shutil.rmtree(made, ignore_errors=True)
+        steps = sorted((run / "checkpoints").glob("step_*.pt"), key=lambda path: int(path.stem.split("_")[1]))
+        for path in steps[:-1]:
+            path.unlink()
 
     # --------------------------------------------------------------------------------------- the grid
 
@@ -461,28 +481,33 @@ def spread(values: list[float], digits: int) -> str:
 
 BASELINE_WAY = WAYS[0].name  # the budget's last checkpoint, with the paper's length penalty
 DEFAULT_PENALTY = Way("last", DecodeConfig().lenpen_style, DecodeConfig().lenpen).penalty  # mtx translate's
+LAST_TUNED, AVERAGE_TUNED = (Way(weights, TUNED, tuned=True).name for weights in ("last", "average"))
 
 
-def baseline_of(row: str, way: str) -> tuple[str, str] | None:
-    """What a line is tested against, so that each test changes one thing: another row, against the defaults'
-    row translated the same way; the defaults' row with mtx's default length penalty, against the same weights
-    with the paper's, and with any other penalty, against the same weights with mtx's default; other weights,
-    against the last checkpoint's (both with the paper's penalty)."""
+def baselines_of(row: str, way: str) -> tuple[tuple[str, str], ...]:
+    """What a line is tested against, so that each test changes one thing. Another row: the defaults' row
+    translated the same way. The defaults' row with α chosen on valid: the last checkpoint's with α chosen alike,
+    and, for checkpoints chosen otherwise (best, default), also the last five's: the two a user's habit gives.
+    With a fixed α (results recorded before α was chosen by default): mtx's default α against the paper's, any
+    other against mtx's default, other weights against the last checkpoint's (all with the paper's penalty)."""
     if row != "defaults":
-        return "defaults", way
+        return (("defaults", way),)
     weights, penalty = way.split("/")
+    if penalty == Way("last", TUNED, tuned=True).penalty:
+        if weights == "last":
+            return ()
+        return (("defaults", LAST_TUNED),) if weights == "average" else (("defaults", LAST_TUNED),
+                                                                           ("defaults", AVERAGE_TUNED))
     paper = WAYS[0].penalty
     if penalty != paper:
-        return "defaults", f"{weights}/{paper if penalty == DEFAULT_PENALTY else DEFAULT_PENALTY}"
-    return None if way == BASELINE_WAY else ("defaults", BASELINE_WAY)
+        return (("defaults", f"{weights}/{paper if penalty == DEFAULT_PENALTY else DEFAULT_PENALTY}"),)
+    return () if way == BASELINE_WAY else (("defaults", BASELINE_WAY),)
 
 
-def significance(grid: Grid, pair: str, row: str, budget: int, way: str, seeds: list[int]) -> float | None:
-    """The paired bootstrap p-value of BLEU against the line's baseline (`baseline_of`), over the seeds' outputs
-    put end to end (each seed's test set once per seed, both sides the same seeds)."""
-    baseline = baseline_of(row, way)
-    if baseline is None:
-        return None
+def significance(grid: Grid, pair: str, row: str, budget: int, way: str, seeds: list[int],
+                 baseline: tuple[str, str]) -> float | None:
+    """The paired bootstrap p-value of BLEU against `baseline` (a row and a way), over the seeds' outputs put
+    end to end (each seed's test set once per seed, both sides the same seeds)."""
     hyps, base, refs = [], [], []
     _, tgt = pair.split("-")
     for seed in seeds:
@@ -526,27 +551,34 @@ def summary(grid: Grid) -> str:
     results = grid.results()
     lines = ["| pair | updates | row | translated with | seeds | BLEU | chrF | length ratio | p (BLEU vs baseline) |",
              "|---|---|---|---|---|---|---|---|---|"]
+    order = [w.name for w in WAYS]  # then the ways of results recorded before the grid measured them no more
     keys = sorted({(r["pair"], r["budget"], r["row"], r["way"]) for r in results},
-                  key=lambda k: (k[0], k[1], [r.name for r in ROWS].index(k[2]), [w.name for w in WAYS].index(k[3])))
+                  key=lambda k: (k[0], k[1], [r.name for r in ROWS].index(k[2]),
+                                 order.index(k[3]) if k[3] in order else len(order), k[3]))
     for pair, budget, row, way in keys:
         runs = sorted((r for r in results if (r["pair"], r["budget"], r["row"], r["way"]) == (pair, budget, row, way)),
                       key=lambda r: r["seed"])
         seeds = [r["seed"] for r in runs]
-        p = significance(grid, pair, row, budget, way, seeds)
+        tested = {baseline[1]: significance(grid, pair, row, budget, way, seeds, baseline)
+                  for baseline in baselines_of(row, way)}
+        p = next(iter(tested.values()), None)
         line = {"name": "quality.mean", "pair": pair, "budget": budget, "row": row, "way": way, "seeds": seeds,
                 **{metric: round(statistics.mean(r[metric] for r in runs), 3) for metric in ("bleu", "chrf", "ratio")},
                 **{f"{metric}_sd": round(statistics.stdev(r[metric] for r in runs), 3) if len(runs) > 1 else None
                    for metric in ("bleu", "chrf", "ratio")},
                 "bleu_each": [r["bleu"] for r in runs], "ratio_each": [r["ratio"] for r in runs],
-                "lenpen_each": [r.get("lenpen") for r in runs], "p_bleu": p}
+                "lenpen_each": [r.get("lenpen") for r in runs], "p_bleu": p, "p_each": tested}
         print(json.dumps(line), flush=True)
         # Only a tuned way's α varies by run (and results recorded before the grid had one hold no "lenpen").
-        tuned = any(w.tuned and w.name == way for w in WAYS)
-        chosen = " (α " + ", ".join(f"{r['lenpen']:g}" for r in runs) + ")" if tuned else ""
+        tuned = way.endswith("-valid")
+        shown = "; ".join(f"{value:.3f}" + (f" vs {name}" if len(tested) > 1 else "")
+                          for name, value in tested.items() if value is not None)
+        chosen = " (α " + ", ".join("kept" if r["lenpen"] is None else f"{r['lenpen']:g}" for r in runs) + ")" \
+            if tuned else ""
         lines.append(f"| {pair} | {budget:,} | {row} | {way}{chosen} | {len(runs)} | "
                      f"{spread([r['bleu'] for r in runs], 2)} | "
                      f"{spread([r['chrf'] for r in runs], 2)} | {spread([r['ratio'] for r in runs], 3)} | "
-                     f"{'' if p is None else f'{p:.3f}'} |")
+                     f"{shown} |")
     table = "\n".join(lines) + "\n\n" + "\n".join(tokens_per_sentence(grid)) + "\n"
     (grid.out / "summary.md").write_text(table, encoding="utf-8")
     return table

@@ -198,12 +198,16 @@ def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
 
 
 def _resolved(recipe: Recipe, raw: dict[str, Any]) -> Recipe:
-    """`recipe` with the defaults that depend on which keys `raw` gives settled: train.tune_lenpen, on unless
-    decode.lenpen is given (pinned). A recipe stored before the key existed gives every decode key, so its α
-    counts as pinned: its run is decoded as it was."""
-    if recipe.train.tune_lenpen is None:
-        recipe.train.tune_lenpen = "lenpen" not in (raw.get("decode") or {})
+    """`recipe` with the defaults that depend on which keys `raw` gives settled (train.tune_lenpen)."""
+    recipe.train.tune_lenpen = tunes_lenpen(raw)
     return recipe
+
+
+def tunes_lenpen(raw: dict[str, Any]) -> bool:
+    """train.tune_lenpen of a recipe mapping: as given, else on unless decode.lenpen is given (pinned). A recipe
+    stored before the key existed gives every decode key, so its α counts as pinned: its run decodes as it did."""
+    given = (raw.get("train") or {}).get("tune_lenpen")
+    return given if given is not None else "lenpen" not in (raw.get("decode") or {})
 
 
 def dump_recipe(recipe: Recipe) -> str:

@@ -34,26 +34,28 @@ def best_checkpoints(directory: Path, n: int, say: Callable[[str], None], fallba
 
     Each checkpoint written at a validated step carries that validation's scores; one without (saved between
     validations, or by an mtx from before) is not ranked. Where fewer than `n` hold scores, `fallback` (mtx
-    average's default choice) takes the last `n`, as the paper averages, and says so: a run trained before
-    checkpoints kept their scores averages as it did; without it (--best N asked for) that is an error."""
-    from mtx.config.loading import recipe_from_dict
+    average's default choice) takes the last `n` (all, if there are fewer), as the paper averages, and says so: a
+    run trained before checkpoints kept their scores averages as it did; without it (--best N asked for) that is
+    an error."""
+    from mtx.config.train import TrainConfig
     from mtx.train.best import best_steps, describe
 
     found = step_checkpoints(directory)
     if not found:
         raise MtxError(f"No step_<N>.pt checkpoints in {directory}: train first with `mtx train RECIPE`.")
     headers = {step: load_checkpoint(path, mmap=True, weights=False) for step, path in found}
-    metric = recipe_from_dict(headers[found[-1][0]]["recipe"]).train.best_metric
+    metric = headers[found[-1][0]]["recipe"].get("train", {}).get("best_metric", TrainConfig().best_metric)
     scored = [(step, header["valid"]) for step, header in headers.items() if "valid" in header]
     if len(scored) < n and not fallback:
         raise MtxError(f"--best {n}: only {len(scored)} of the {len(found)} checkpoints in {directory} carry a "
                        "validation score (a checkpoint written at a validated step does): validate at every save "
                        "(train.validate_every = save_every), or average the last N with --last N.")
     if len(scored) < n:
+        last = min(n, len(found))
         say(f"{len(scored)} of the {len(found)} checkpoints in {directory} carry a validation score, fewer than "
-            f"{n}: averaging the last {n} instead (validate at every save, train.validate_every = save_every, for "
-            "the best to be chosen).\n")
-        return last_checkpoints(directory, n)
+            f"{n}: averaging the last {last} instead (validate at every save, train.validate_every = save_every, "
+            "for the best to be chosen).\n")
+        return last_checkpoints(directory, last)
     chosen = best_steps(scored, metric, n)
     values = ", ".join(f"{step:,} ({headers[step]['valid'][metric]:.3f})" for step in chosen)
     say(f"the best {n} of {len(scored)} by {describe(metric)}: steps {values}\n")

@@ -66,7 +66,7 @@ def average(
     Example: mtx average --dir runs/demo/checkpoints -o runs/demo/average.pt
     """
     from mtx.checkpoint import describe_weights, load_checkpoint, save_checkpoint
-    from mtx.config.loading import recipe_from_dict
+    from mtx.config.loading import tunes_lenpen
     from mtx.decode.command import check_choice
     from mtx.devices import DeviceName
     from mtx.train.average import average_checkpoints, best_checkpoints, last_checkpoints
@@ -87,7 +87,7 @@ def average(
             checkpoints = best_checkpoints(directory, best or DEFAULT_AVERAGED, sys.stderr.write, fallback=best is None)
     first = load_checkpoint(checkpoints[0], mmap=True, weights=False)
     valid = None
-    if tune_lenpen or (tune_lenpen is None and recipe_from_dict(first["recipe"]).train.tune_lenpen):
+    if tune_lenpen or (tune_lenpen is None and tunes_lenpen(first["recipe"])):
         try:
             valid = ValidToTune.of_run(first, checkpoints[0])
         except MtxError as e:

@@ -50,9 +50,9 @@ def test_the_grid_trains_translates_and_summarises_every_row(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     runs = [r for r in records if r["name"] == "quality.run"]
-    # Two rows × two seeds at one budget; three ways each, and six more length penalties for the defaults: five
-    # given, one chosen on the valid split by mtx average --tune-lenpen, which the result records.
-    assert len(runs) == 2 * (3 + 6) + 2 * 3
+    # Two rows × two seeds at one budget; two ways each with the paper's penalty, and five more for the defaults,
+    # each with α chosen on the valid split by mtx average, which the result records.
+    assert len(runs) == 2 * (2 + 5) + 2 * 2
     assert {(r["row"], r["seed"]) for r in runs} == {(row, seed) for row in ("defaults", "bytelevel-bpe")
                                                      for seed in (1, 2)}
     assert all(0 <= r["bleu"] <= 100 and r["ratio"] >= 0 and r["train_seconds"] > 0 for r in runs)
@@ -62,16 +62,26 @@ def test_the_grid_trains_translates_and_summarises_every_row(tmp_path: Path) -> 
     assert {r["cpu"] for r in runs} == {torch.backends.cpu.get_cpu_capability()}
     tuned = [r for r in runs if r["way"] == "average/fairseq-valid"]
     assert len(tuned) == 2 and all(0 <= r["lenpen"] <= 10 and round(r["lenpen"], 1) == r["lenpen"] for r in tuned)
+    # Each way takes the checkpoints it names from those up to the budget: the last five, or the five with the best
+    # valid scores, which is what mtx average makes with no flag at all (the recipe pins no α: it is chosen).
+    by_way = {(r["seed"], r["way"]): r for r in runs if r["row"] == "defaults"}
+    for seed in (1, 2):
+        assert by_way[(seed, "average/fairseq-valid")]["steps"] == [10, 20, 30, 40, 50]
+        assert by_way[(seed, "last/fairseq-valid")]["steps"] == [50]
+        assert len(by_way[(seed, "best-nll/fairseq-valid")]["steps"]) == 5
+        assert by_way[(seed, "default/fairseq-valid")]["steps"] == by_way[(seed, "best/fairseq-valid")]["steps"]
+        assert by_way[(seed, "default/fairseq-valid")]["lenpen"] is not None
 
     means = {(r["row"], r["way"]): r for r in records if r["name"] == "quality.mean"}
-    assert len(means) == 9 + 3
+    assert len(means) == 7 + 2
     bytelevel = means[("bytelevel-bpe", "average/gnmt-0.6")]
     assert bytelevel["seeds"] == [1, 2] and bytelevel["bleu_sd"] is not None
     assert 0 < bytelevel["p_bleu"] <= 1
     assert means[("defaults", "last/gnmt-0.6")]["p_bleu"] is None  # the baseline is not tested against itself
-    assert 0 < means[("defaults", "average/fairseq-1")]["p_bleu"] <= 1  # mtx's default, against the paper's penalty
-    assert 0 < means[("defaults", "average/fairseq-1.5")]["p_bleu"] <= 1  # another, against mtx's default
-    assert 0 < means[("defaults", "average/fairseq-valid")]["p_bleu"] <= 1
+    assert 0 < means[("defaults", "average/fairseq-valid")]["p_bleu"] <= 1  # against the last, α chosen alike
+    # The checkpoints chosen by default, against both that a user's habit gives.
+    assert set(means[("defaults", "default/fairseq-valid")]["p_each"]) == {"last/fairseq-valid",
+                                                                            "average/fairseq-valid"}
 
     tokens = {r["row"]: r for r in records if r["name"] == "quality.tokens_per_sentence"}
     assert set(tokens) == {"defaults", "bytelevel-bpe"} and all(r["src"] > 1 and r["tgt"] > 1 for r in tokens.values())
@@ -85,9 +95,9 @@ def test_the_grid_trains_translates_and_summarises_every_row(tmp_path: Path) -> 
     # The two rows of one pair share nothing but the corpus: each vocabulary is prepared once, for both seeds.
     run = tmp_path / "grid" / "en-de" / "defaults-seed2"
     assert (run / "data").resolve() == (tmp_path / "grid" / "en-de" / "data-defaults").resolve()
-    # Only the checkpoints a budget averages are kept.
-    assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == [
-        f"step_{step}.pt" for step in (10, 20, 30, 40, 50)]
+    # Once measured, only the newest checkpoint is kept, for a longer budget to train on.
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == ["step_50.pt"]
+    assert not list(run.glob("at-*")) and not (run / "weights").exists()
 
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "grid").rglob("*") if p.is_file()}
     again = grid(tmp_path)
@@ -107,11 +117,11 @@ def test_the_grid_trains_translates_and_summarises_every_row(tmp_path: Path) -> 
     assert resumed.returncode == 0 and "train " not in resumed.stderr, resumed.stderr[-3000:]
 
     # A result from another training of the same run is not tested against this one's.
-    result = tmp_path / "grid" / "en-de" / "defaults-seed1" / "results" / "50-average-fairseq-1.5.json"
+    result = tmp_path / "grid" / "en-de" / "defaults-seed1" / "results" / "50-average-fairseq-valid.json"
     result.write_text(json.dumps({**json.loads(result.read_text()), "run": "0" * 16}))
     mixed = grid(tmp_path, "--summary-only")
     line = next(json.loads(line) for line in mixed.stdout.splitlines()
-                if '"quality.mean"' in line and '"average/fairseq-1.5"' in line)
+                if '"quality.mean"' in line and '"average/fairseq-valid"' in line)
     assert line["p_bleu"] is None and "another training run" in mixed.stderr
 
 

@@ -228,14 +228,16 @@ def test_average_command_averages_the_files_it_is_given(tmp_path: Path) -> None:
     [
         ([], "Name the checkpoints to average one way"),
         (["{ckpts}/step_1.pt", "--dir", "{ckpts}", "--last", "1"], "Name the checkpoints to average one way"),
-        (["--dir", "{ckpts}"], "--dir needs --last N"),
+        (["--dir", "{ckpts}", "--last", "1", "--best", "1"], "Pass --last N or --best N, not both"),
+        (["{ckpts}/step_1.pt", "--best", "1"], "--best only applies with --dir"),
+        (["--dir", "{ckpts}", "--best", "1"], "--best 1: only 0 of the 2 checkpoints in {ckpts} carry a validation"),
         (["{ckpts}/step_1.pt", "{ckpts}/step_2.pt", "--last", "1"], "--last only applies with --dir"),
         (["--dir", "{ckpts}", "--last", "3"], "--last 3 asks for more checkpoints than the 2 in {ckpts}"),
         (["--dir", "{empty}", "--last", "1"], "No step_<N>.pt checkpoints in {empty}"),
         (["--dir", "{tmp}/nowhere", "--last", "1"], "Checkpoint directory {tmp}/nowhere does not exist"),
         (["{ckpts}/step_1.pt", "{tmp}/missing.pt"], "Checkpoint {tmp}/missing.pt does not exist"),
     ],
-    ids=["no-inputs", "files-and-dir", "dir-without-last", "last-without-dir", "last-too-many", "no-step-files",
+    ids=["no-inputs", "files-and-dir", "last-and-best", "best-without-dir", "best-unscored", "last-without-dir", "last-too-many", "no-step-files",
          "no-such-dir", "missing-file"],
 )
 def test_average_argument_errors_are_user_errors_and_write_nothing(tmp_path: Path, args: list[str],
