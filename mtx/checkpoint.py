@@ -29,9 +29,13 @@ primitives only, so loading a file cannot run code):
                           prepared before mtx learnt one
     imported_from         a checkpoint made by `mtx import` (mtx.importing): the MarianMT folder or hub id@commit it
                           was read from, the transformers version that read it, and notes on what it left out
-    lenpen_choice         an averaged checkpoint made with `mtx average --tune-lenpen`: the valid BLEU and length
-                          ratio of each length penalty α tried, and the one chosen, which its recipe's
-                          decode.lenpen then holds (mtx.decode.lenpen_choice)
+    valid                 a step checkpoint written at a validated step: that validation's scores (step, loss, nll,
+                          BLEU, length ratio), which the trainer keeps the best step checkpoints by and `mtx
+                          average --best` picks them by (mtx.train.best); absent from other checkpoints
+    lenpen_choice         a checkpoint whose α was chosen on its run's valid split: averaged with `mtx average
+                          --tune-lenpen`, or the step checkpoint training ended on (train.tune_lenpen): the valid
+                          BLEU and length ratio of each length penalty α tried, and the one chosen, which its
+                          recipe's decode.lenpen then holds (mtx.decode.lenpen_choice)
 
 No RNG state is saved, and no learning-rate scheduler's: the trainer reseeds dropout at every update from
 (seed, step, rank), draws the batch order from (seed, epoch) and computes the learning rate from the step.

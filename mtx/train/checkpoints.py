@@ -3,21 +3,24 @@
 mtx.checkpoint is the file format, which `mtx translate` and `mtx average` read as well; this module is the
 trainer's policy for its run's checkpoints/ folder, and changes with training, not with the format:
 
-    step_<N>.pt   the run at update N; the newest train.keep_last are kept. The newest two carry the training
-                  state (optimizer, grad scaler, progress; after a stop, the newest three until the next save);
-                  older ones hold the model alone, as best.pt does. With train.ema_decay each holds the
-                  moving average of the weights beside them (mtx.train.ema)
+    step_<N>.pt   the run at update N. Kept: the newest train.keep_last (all, with 0), and beside them the
+                  train.keep_best best by train.best_metric (mtx.train.best) of those written at a validated
+                  step, which carry its scores (`valid`). The newest two carry the training state (optimizer,
+                  grad scaler, progress; after a stop, the newest three until the next save); older ones hold
+                  the model alone, as best.pt does. With train.ema_decay each holds the moving average of the
+                  weights beside them (mtx.train.ema). The one training ends on may hold the α chosen for it
+                  on the valid split (train.tune_lenpen: `rewrite_newest`)
     last.pt       the newest step_<N>.pt again: a hard link, or a copy where the filesystem has none
-    best.pt       the model of the best valid BLEU so far, without training state: the moving average's
-                  weights where the run keeps one, as validation scores them
+    best.pt       the model of the best train.best_metric so far (valid BLEU or nll), without training state:
+                  the moving average's weights where the run keeps one, as validation scores them
 
 Adam's two moments make the training state twice the weights' size, and only a resume reads it, from the newest
 step_<N>.pt: so a step checkpoint is written whole, and the training state of those older than the newest two
-is dropped once the new one is in place (the file rewritten without it), which keeps the train.keep_last files
-that averaging reads to about a third of their size. Rewriting costs a write of the weights per save, in the
-background; a state file beside each step checkpoint would not, but files that must travel in pairs, and a
-last.pt without the training state that `mtx report` and users read from it, are what this avoids. The second
-newest keeps its state so that a newest file damaged after it was written still leaves one to resume from.
+is dropped once the new one is in place (the file rewritten without it), which keeps the files that averaging
+reads to about a third of their size. Rewriting costs a write of the weights per save, in the background; a
+state file beside each step checkpoint would not, but files that must travel in pairs, and a last.pt without
+the training state that `mtx report` and users read from it, are what this avoids. The second newest keeps its
+state so that a newest file damaged after it was written still leaves one to resume from.
 
 Every file is written under a temporary name and renamed into place (mtx.files), so a kill leaves at worst a
 temporary file, which the next run removes; and nothing loses its training state before a newer checkpoint
@@ -62,6 +65,7 @@ from mtx.files import atomic_write
 from mtx.model.transformer import Transformer
 from mtx.tokenizer import Tokenizer
 from mtx.train import distributed
+from mtx.train.best import best_steps
 from mtx.train.ema import WeightAverage
 
 RESUMABLE = 2  # the newest step checkpoints that keep their training state
@@ -89,6 +93,7 @@ class CheckpointKeeper:
         self.last_save_time = self.clock()  # train.save_every_minutes counts from the last save or resume
         self.background = ctx.device.type == "cuda"  # periodic saves written by a thread while training goes on
         self._writing: _Write | None = None  # rank 0's step checkpoint write in flight, if any
+        self._scores: dict[int, dict[str, float] | None] = {}  # each step file's `valid`, read once (rank 0)
 
     # ---- before training: rank 0 tidies up, every rank resumes
 
@@ -180,8 +185,9 @@ class CheckpointKeeper:
 
     def save(self, step: int, progress: dict[str, Any], wait: bool = False,
              valid: dict[str, float] | None = None) -> None:
-        """step_<N>.pt, then last.pt as a hard link to it (no second write), the oldest steps beyond
-        train.keep_last pruned, the training state of those older than the newest two dropped. Called on all
+        """step_<N>.pt, holding `valid`, the scores of this step's validation if it had one, then last.pt as a
+        hard link to it (no second write); the step checkpoints neither among the train.keep_last newest nor the
+        train.keep_best best pruned, the training state of those older than the newest two dropped. Called on all
         ranks at the same update; only rank 0 writes.
 
         With `background` (on a GPU) the write runs on a thread of rank 0 while training goes on, once the state
@@ -212,15 +218,47 @@ class CheckpointKeeper:
         path = self.directory / f"step_{step}.pt"
         save_checkpoint(checkpoint, path)
         _link_atomically(path, self.directory / "last.pt")
+        self._scores[step] = checkpoint.get("valid")
         steps = step_checkpoints(self.directory)
-        keep_last = self.recipe.train.keep_last
-        if keep_last:
-            for _, old in steps[:-keep_last]:
+        kept = self._kept([step for step, _ in steps])
+        for old_step, old in steps:
+            if old_step not in kept:
                 old.unlink()
-            steps = steps[-keep_last:]
+                self._scores.pop(old_step, None)
         if drop_older_state:
-            for _, old in steps[:-RESUMABLE]:
+            for old in [old for old_step, old in steps if old_step in kept][:-RESUMABLE]:
                 _drop_train_state(old)
+
+    def _kept(self, steps: list[int]) -> set[int]:
+        """Which of the step checkpoints `steps` (oldest first) stay: the train.keep_last newest (all, with 0) and
+        the train.keep_best best by train.best_metric of those that carry validation scores."""
+        cfg = self.recipe.train
+        newest = steps[-cfg.keep_last:] if cfg.keep_last else steps
+        scored = [(step, valid) for step in steps if (valid := self._valid_of(step)) is not None]
+        return {*newest, *best_steps(scored, cfg.best_metric, cfg.keep_best)}
+
+    def _valid_of(self, step: int) -> dict[str, float] | None:
+        """The validation scores step_<step>.pt carries (None: none, or a file that cannot be read), read from
+        its metadata once: the file's tensors are mapped, not read."""
+        if step not in self._scores:
+            try:
+                checkpoint = load_checkpoint(self.directory / f"step_{step}.pt", mmap=True, weights=False)
+                self._scores[step] = checkpoint.get("valid")
+            except MtxError:
+                self._scores[step] = None
+        return self._scores[step]
+
+    def rewrite_newest(self, update: Callable[[dict[str, Any], Path], dict[str, Any]]) -> dict[str, Any]:
+        """Rewrite the newest step checkpoint as `update` returns it (handed the checkpoint and its path), then
+        link last.pt to it again; the checkpoint written. From rank 0, at the end of training (train.tune_lenpen).
+        What `update` leaves alone stays, the training state included, so the run still resumes from it; the
+        file is replaced atomically, and until last.pt is linked again it is the file as it was."""
+        self.flush()
+        path = self.directory / f"step_{self.saved_step}.pt"
+        checkpoint = update(load_checkpoint(path, mmap=True), path)
+        save_checkpoint(checkpoint, path)
+        _link_atomically(path, self.directory / "last.pt")
+        return checkpoint
 
     def save_best(self, step: int) -> None:
         """best.pt: the weights validation scored (the moving average's, if the run keeps one) alone, for
