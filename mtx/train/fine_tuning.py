@@ -21,7 +21,7 @@ from mtx.tokenizer import Tokenizer
 
 # The parts of a parent's progress that belong to the parent's run, not to the one that continues its training:
 # the best score and patience (of another valid set, maybe), the milestones, the clock that train.max_time counts.
-PARENT_ONLY = ("best_bleu", "bad_validations", "milestones", "train_seconds")
+PARENT_ONLY = ("best_bleu", "best_score", "bad_validations", "milestones", "train_seconds")
 
 
 def check_vocabulary(recipe: Recipe, checkpoint: dict[str, Any], tokenizer: Tokenizer) -> None:

@@ -26,23 +26,28 @@ class TrainState:
     max_tokens: int | None = None  # and the budget and number of the epoch's batches it counted positions in
     epoch_batches: int | None = None  # (None: saved by an mtx that did not record them)
     train_seconds: float = 0.0  # summed over all sessions of the run; what train.max_time budgets
-    best_bleu: float | None = None
-    bad_validations: int = 0  # validations since best_bleu last improved
+    best_bleu: float | None = None  # the best valid BLEU so far, which milestones and the model card report
+    best_score: float | None = None  # the best train.best_metric so far, which best.pt holds (mtx.train.best)
+    bad_validations: int = 0  # validations since best_score last improved (train.patience)
     skipped_steps: int = 0  # fp16 updates dropped by the grad scaler for inf/NaN gradients (not in `step`)
     tokens: int = 0  # target tokens of all updates so far, all ranks' (skipped ones too: the data moved on)
     milestones: list[dict[str, Any]] = field(default_factory=list)  # the milestone lines of levels reached
 
     @classmethod
-    def from_progress(cls, progress: dict[str, Any], world: int, update_freq: int) -> TrainState:
+    def from_progress(cls, progress: dict[str, Any], world: int, update_freq: int, best_metric: str) -> TrainState:
         """The state in a checkpoint's progress, which also holds the log's loss window (its window_* keys); a
         new run's state on `world` processes × `update_freq` if there is none.
 
         A checkpoint of an mtx from before positions were counted in batches holds `update_in_epoch` instead, with
-        no shape: it is taken to have the shape of this session, as that mtx would have taken it."""
+        no shape: it is taken to have the shape of this session, as that mtx would have taken it. One from before
+        train.best_metric judged best.pt by BLEU alone: its best BLEU is the best score of a run judged by
+        `best_metric` bleu, and a run judged by nll starts its best score afresh."""
         state = cls(**{f.name: progress[f.name] for f in dataclasses.fields(cls) if f.name in progress})
         if "batch_in_epoch" not in progress:
             state.world, state.update_freq = world, update_freq
             state.batch_in_epoch = progress.get("update_in_epoch", 0) * world * update_freq
+        if "best_score" not in progress and best_metric == "bleu":
+            state.best_score = state.best_bleu
         return state
 
 

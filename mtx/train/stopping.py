@@ -1,4 +1,5 @@
-"""When training stops: its budgets (max_steps, max_epochs, max_time), early stopping (patience) and stop signals.
+"""When training stops: its budgets (max_steps, max_epochs, max_time), early stopping (patience, counted on
+train.best_metric: mtx.train.best) and stop signals.
 
 Kept apart from the loop, as fairseq's `should_stop_early` and OpenNMT-py's earlystopping.py are: the rules
 say whether and why to stop (a `StopReason`, worded for the user); the trainer asks them between updates, and
@@ -15,6 +16,7 @@ from typing import Any
 
 from mtx.config.fields import parse_duration
 from mtx.config.recipe import TrainConfig
+from mtx.train.best import describe
 
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGHUP")  # SIGUSR1: SLURM's --signal=USR1@T warning, via torchrun
 
@@ -26,12 +28,13 @@ class StopReason(enum.Enum):
     MAX_STEPS = "train.max_steps = {cfg.max_steps} reached"
     MAX_EPOCHS = "train.max_epochs = {cfg.max_epochs} reached"
     MAX_TIME = "train.max_time = {cfg.max_time} of training reached"
-    PATIENCE = "early stopping: valid BLEU has not improved in {cfg.patience} validations (train.patience)"
+    PATIENCE = "early stopping: {metric} has not improved in {cfg.patience} validations (train.patience)"
     SIGNAL = "stopped by {signal}"
 
     def describe(self, cfg: TrainConfig, signal: str | None = None) -> str:
         """The reason in words; `signal` names the stop signal of SIGNAL (None: one sent to another rank)."""
-        return self.value.format(cfg=cfg, signal=signal or "a signal to another rank")
+        return self.value.format(cfg=cfg, metric=describe(cfg.best_metric),
+                                 signal=signal or "a signal to another rank")
 
 
 class StopSignals:
@@ -97,7 +100,3 @@ class Budgets:
         """MAX_TIME once `seconds` of training time reach train.max_time."""
         return StopReason.MAX_TIME if seconds >= self.max_seconds else None
 
-
-def improves(bleu: float, best: float | None) -> bool:
-    """Whether a validation's BLEU beats the best so far: it then becomes best.pt, and patience starts over."""
-    return best is None or bleu > best

@@ -20,9 +20,10 @@ masks as a run that never stopped.
 Between updates the loop asks the stopping rules (mtx.train.stopping: budgets, patience, stop signals), the
 ranks agreeing through the same all-reduce (on the host) that sums the update's token count; a signal also
 cuts a validation short (mtx.train.validation). On stopping it writes the checkpoint of that step first and
-returns, and running the same command again resumes. While the GPU computes an update, a background thread
-collates the next (mtx.train.feeding). What the run reports goes to metrics.jsonl, stderr and TensorBoard
-(mtx.train.metrics_log).
+returns, and running the same command again resumes; stopped by a budget or patience rather than a signal, it
+first chooses the length penalty α of that checkpoint on the valid split (train.tune_lenpen). While the GPU
+computes an update, a background thread collates the next (mtx.train.feeding). What the run reports goes to
+metrics.jsonl, stderr and TensorBoard (mtx.train.metrics_log).
 
 The trainer builds none of its parts: `train` has mtx.train.components build them from the recipe and hands
 them over, the hooks that tests replace (the clock, the loss, a wrapper around each update, the valid BLEU)
@@ -33,8 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from contextlib import nullcontext
-from typing import NamedTuple, NoReturn
+from pathlib import Path
+from typing import Any, NamedTuple, NoReturn
 
 import torch
 from rich.console import Console
@@ -43,15 +46,18 @@ from torch import Tensor
 from mtx.config.fields import parse_duration
 from mtx.config.recipe import Recipe, TrainConfig
 from mtx.data.batching import Batch
+from mtx.decode.lenpen_choice import check_searchable
 from mtx.errors import MtxError, first_line, is_out_of_memory
 from mtx.train import distributed
+from mtx.train.best import improves, metric_value
 from mtx.train.components import Hooks, RunParts, build_run, for_training
 from mtx.train.feeding import collated_updates
 from mtx.train.milestones import describe_milestones, milestones_reached
 from mtx.train.resume import resume_run
 from mtx.train.run_lock import RunLock
 from mtx.train.state import TrainState, reposition_for_this_session
-from mtx.train.stopping import StopReason, improves
+from mtx.train.stopping import StopReason
+from mtx.train.tune_lenpen import ValidToTune
 
 MIN_LOSS_SCALE = 1e-4  # fp16: a grad scaler halved this far finds inf/NaN gradients at any scale (fairseq's limit)
 
@@ -97,7 +103,7 @@ class Trainer:
         self.parts, self.recipe, self.cfg, self.ctx = parts, parts.recipe, parts.recipe.train, parts.ctx
         self.lock, self.clock = lock, parts.hooks.clock
         progress = resume_run(parts, restart)
-        self.state = TrainState.from_progress(progress, self.ctx.world, self.cfg.update_freq)
+        self.state = TrainState.from_progress(progress, self.ctx.world, self.cfg.update_freq, self.cfg.best_metric)
         reposition_for_this_session(self.state, len(parts.plan.batches), self.cfg.max_tokens, self.ctx.world,
                                     self.cfg.update_freq, parts.log.say)
         self.forward_model = for_training(parts.model, self.cfg.compile, self.ctx)
@@ -229,17 +235,21 @@ class Trainer:
         return reason
 
     def _validate(self) -> StopReason | None:
-        """Valid loss, BLEU and length ratio, logged, with the milestones they reach; best.pt and patience follow
-        the BLEU. A stop signal interrupts it: then nothing is recorded and the loop stops, so that the stop does
-        not wait for decoding."""
-        parts, state = self.parts, self.state
+        """Valid loss, BLEU and length ratio, logged, with the milestones they reach, and kept for this step's
+        checkpoint; best.pt and patience follow train.best_metric (mtx.train.best). A stop signal interrupts it:
+        then nothing is recorded and the loop stops, so that the stop does not wait for decoding."""
+        parts, state, metric = self.parts, self.state, self.cfg.best_metric
         with nullcontext() if parts.ema is None else parts.ema.in_model():
             scores = parts.validator.run()
         if scores is None:
             return StopReason.SIGNAL
         bleu = scores.bleu
-        if improves(bleu, state.best_bleu):
-            state.best_bleu, state.bad_validations = bleu, 0
+        self.validated = {"step": state.step, "loss": scores.loss, "nll": scores.nll, "bleu": bleu,
+                          "length_ratio": scores.length_ratio}
+        if improves(bleu, state.best_bleu, "bleu"):
+            state.best_bleu = bleu
+        if improves(score := metric_value(self.validated, metric), state.best_score, metric):
+            state.best_score, state.bad_validations = score, 0
             self._check_lock()
             parts.keeper.save_best(state.step)
         else:
@@ -252,8 +262,6 @@ class Trainer:
             valid["valid_pairs"] = {pair: {"bleu": pair_bleu, "length_ratio": pair_ratio}
                                     for pair, (pair_bleu, pair_ratio) in scores.pairs.items()}
         parts.log.record(valid)
-        self.validated = {"step": state.step, "loss": scores.loss, "nll": scores.nll, "bleu": bleu,
-                          "length_ratio": scores.length_ratio}
         for milestone in milestones_reached(self.cfg.bleu_milestones, state.milestones, valid):
             state.milestones.append(milestone)
             parts.log.record(milestone)
@@ -310,8 +318,38 @@ class Trainer:
         log.say(f"Training stopped at step {state.step}: {why}. Checkpoint: {keeper.directory / 'last.pt'}. {hint}")
         for line in describe_milestones(self.cfg.bleu_milestones, state.milestones, state.best_bleu):
             log.say(line)
-        distributed.barrier()
+        if reason is not StopReason.SIGNAL and self.ctx.is_main:
+            self._choose_lenpen()
+        distributed.barrier()  # the other ranks wait here for rank 0's choice of α, within train.dist_timeout
         return state
+
+    def _choose_lenpen(self) -> None:
+        """train.tune_lenpen: the checkpoint training ends on gets the α that translates the valid split best as
+        its decode.lenpen, rewritten in place with what choosing it found (mtx.train.tune_lenpen), by rank 0 on
+        the training's device; it still resumes. Not after a stop signal, which may leave seconds: the same
+        command resumes, and chooses at the end. Where there is nothing to choose, it says why."""
+        decode, say = self.recipe.decode, self.parts.log.say
+        if not self.cfg.tune_lenpen:
+            say("train.tune_lenpen is off (the recipe pins decode.lenpen or turns it off): decode.lenpen "
+                f"{decode.lenpen:g} kept.")
+            return
+        if self.parts.validator is None:
+            say("train.tune_lenpen: the prepared data has no valid split to choose α on: decode.lenpen "
+                f"{decode.lenpen:g} kept.")
+            return
+        try:
+            check_searchable(decode, "train.tune_lenpen: the recipe")
+        except MtxError as e:
+            say(f"{e} decode.lenpen {decode.lenpen:g} kept.")
+            return
+        device = self.ctx.device.type  # "cuda" is rank 0's GPU, cuda:0
+
+        def with_chosen_lenpen(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
+            return ValidToTune.of_run(checkpoint, path).with_chosen_lenpen(checkpoint, device, sys.stderr.write)
+
+        tuned = self.parts.keeper.rewrite_newest(with_chosen_lenpen)
+        say(f"train.tune_lenpen: decode.lenpen {tuned['recipe']['decode']['lenpen']:g} chosen on the valid split, "
+            f"stored in {self.parts.keeper.directory / 'last.pt'}.")
 
     def _elapsed(self) -> float:
         """The run's training seconds: those of the sessions before, and this one's so far."""

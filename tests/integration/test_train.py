@@ -606,10 +606,11 @@ def test_a_checkpoint_that_counted_updates_resumes_at_the_same_batch() -> None:
     that mtx would have resumed it: this session's shape, update_in_epoch of its updates."""
     from mtx.train.state import TrainState
 
-    old = TrainState.from_progress({"step": 9, "epoch": 2, "update_in_epoch": 4}, world=2, update_freq=3)
+    old = TrainState.from_progress({"step": 9, "epoch": 2, "update_in_epoch": 4}, world=2, update_freq=3,
+                                   best_metric="bleu")
     assert (old.batch_in_epoch, old.world, old.update_freq) == (24, 2, 3)
     new = TrainState.from_progress({"step": 9, "epoch": 2, "batch_in_epoch": 7, "world": 1, "update_freq": 1},
-                                   world=2, update_freq=3)
+                                   world=2, update_freq=3, best_metric="bleu")
     assert (new.batch_in_epoch, new.world, new.update_freq) == (7, 1, 1)
 
 

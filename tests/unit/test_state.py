@@ -38,3 +38,13 @@ def test_a_state_from_before_shapes_were_recorded_takes_this_sessions() -> None:
     """No max_tokens or epoch_batches recorded (an older mtx): the position stands, the shape is recorded."""
     state, said = repositioned(TrainState(batch_in_epoch=5), 30, 160, 1, 1)
     assert (state.batch_in_epoch, state.max_tokens, state.epoch_batches) == (5, 160, 30) and said == []
+
+
+def test_a_state_from_before_best_metric_takes_its_best_bleu_as_the_best_score_by_bleu() -> None:
+    """A checkpoint whose progress has best_bleu but no best_score (best.pt was then judged by BLEU alone): a run
+    judged by BLEU goes on from that best, one judged by nll starts its own; a recorded best_score stands."""
+    old = {"step": 8, "best_bleu": 21.5, "bad_validations": 1}
+    assert TrainState.from_progress(old, 1, 1, best_metric="bleu").best_score == 21.5
+    assert TrainState.from_progress(old, 1, 1, best_metric="nll").best_score is None
+    new = {**old, "best_score": 2.25}
+    assert TrainState.from_progress(new, 1, 1, best_metric="bleu").best_score == 2.25

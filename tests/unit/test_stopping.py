@@ -8,7 +8,8 @@ import signal
 import pytest
 
 from mtx.config.recipe import TrainConfig
-from mtx.train.stopping import Budgets, StopReason, StopSignals, improves
+from mtx.train.best import improves
+from mtx.train.stopping import Budgets, StopReason, StopSignals
 
 
 def spent(cfg: TrainConfig, step: int = 5, epoch: int = 1, epoch_finished: bool = False,
@@ -53,17 +54,21 @@ def test_max_time_is_reached_at_its_duration() -> None:
     assert Budgets(TrainConfig()).time_spent(1e12) is None  # no max_time
 
 
-def test_a_better_bleu_is_strictly_better() -> None:
-    assert improves(10.0, None)
-    assert improves(10.5, 10.0)
-    assert not improves(10.0, 10.0)
-    assert not improves(9.0, 10.0)
+def test_a_better_score_is_strictly_better_in_the_metrics_direction() -> None:
+    """What patience counts and best.pt follows: a higher BLEU, a lower nll; an equal score is no improvement."""
+    assert improves(10.0, None, "bleu") and improves(3.0, None, "nll")
+    assert improves(10.5, 10.0, "bleu") and not improves(9.0, 10.0, "bleu")
+    assert improves(2.5, 3.0, "nll") and not improves(3.5, 3.0, "nll")
+    assert not improves(10.0, 10.0, "bleu") and not improves(3.0, 3.0, "nll")
 
 
 def test_reasons_are_worded_with_the_recipes_values() -> None:
     cfg = TrainConfig(max_steps=300, patience=4, max_time="2h")
     assert StopReason.MAX_STEPS.describe(cfg) == "train.max_steps = 300 reached"
-    assert "4 validations" in StopReason.PATIENCE.describe(cfg)
+    assert StopReason.PATIENCE.describe(cfg) == ("early stopping: valid BLEU has not improved in 4 validations "
+                                                 "(train.patience)")
+    assert StopReason.PATIENCE.describe(TrainConfig(patience=2, best_metric="nll")).startswith(
+        "early stopping: valid nll has not improved in 2 validations")
     assert StopReason.SIGNAL.describe(cfg, "SIGTERM") == "stopped by SIGTERM"
     assert StopReason.SIGNAL.describe(cfg) == "stopped by a signal to another rank"
 
