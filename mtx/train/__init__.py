@@ -11,7 +11,9 @@
     validation       valid loss and BLEU during training
     stopping         budgets, patience and stop signals: when training stops, and why
     checkpoints      the run's checkpoints/ folder: when to write, which to keep, which to resume from
-    average          checkpoints averaged parameter-wise (`mtx average`)
+    best             which checkpoints are best: the validation metric (train.best_metric) and its direction
+    average          checkpoints averaged parameter-wise (`mtx average`): the last N, or the best N
+    tune_lenpen      the length penalty chosen on the run's valid split and stored in a checkpoint
     ema              the moving average of the weights (train.ema_decay)
     fine_tuning      a run that starts from another run's checkpoint (train.init_from)
     run_lock         one command at a time on a run directory

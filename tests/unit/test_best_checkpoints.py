@@ -123,3 +123,11 @@ def test_tune_lenpen_is_settled_by_whether_the_recipe_gives_an_alpha(tmp_path: P
     stored = {**recipe.to_dict(), "decode": {"lenpen": 1.0, "beam": 4}}
     del stored["train"]["tune_lenpen"]
     assert recipe_from_dict(stored).train.tune_lenpen is False
+
+
+@pytest.mark.parametrize("name", ["wmt14_en_de_base", "wmt14_en_de_big", "wmt14_en_fr_big"])
+def test_the_wmt14_recipes_keep_the_papers_alpha(name: str) -> None:
+    """The paper's 0.6 (§6.1), which the WMT14 recipes give: neither training's end nor mtx average changes it."""
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / f"{name}.yaml")
+    assert recipe.decode.lenpen == 0.6 and recipe.decode.lenpen_style == "gnmt"
+    assert recipe.train.tune_lenpen is False

@@ -237,8 +237,8 @@ def test_average_command_averages_the_files_it_is_given(tmp_path: Path) -> None:
         (["--dir", "{tmp}/nowhere", "--last", "1"], "Checkpoint directory {tmp}/nowhere does not exist"),
         (["{ckpts}/step_1.pt", "{tmp}/missing.pt"], "Checkpoint {tmp}/missing.pt does not exist"),
     ],
-    ids=["no-inputs", "files-and-dir", "last-and-best", "best-without-dir", "best-unscored", "last-without-dir", "last-too-many", "no-step-files",
-         "no-such-dir", "missing-file"],
+    ids=["no-inputs", "files-and-dir", "last-and-best", "best-without-dir", "best-unscored", "last-without-dir",
+         "last-too-many", "no-step-files", "no-such-dir", "missing-file"],
 )
 def test_average_argument_errors_are_user_errors_and_write_nothing(tmp_path: Path, args: list[str],
                                                                    message: str) -> None:
