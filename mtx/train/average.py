@@ -28,15 +28,12 @@ def last_checkpoints(directory: Path, last: int) -> list[Path]:
     return [path for _, path in found[-last:]]
 
 
-def best_checkpoints(directory: Path, n: int, say: Callable[[str], None], fallback: bool = False) -> list[Path]:
+def best_checkpoints(directory: Path, n: int, say: Callable[[str], None]) -> list[Path]:
     """The `n` step_<N>.pt files of a run's checkpoints/ folder with the best validation scores by the run's
     train.best_metric (mtx.train.best), oldest first.
 
     Each checkpoint written at a validated step carries that validation's scores; one without (saved between
-    validations, or by an mtx from before) is not ranked. Where fewer than `n` hold scores, `fallback` (mtx
-    average's default choice) takes the last `n` (all, if there are fewer), as the paper averages, and says so: a
-    run trained before checkpoints kept their scores averages as it did; without it (--best N asked for) that is
-    an error."""
+    validations, or by an mtx from before) is not ranked; fewer than `n` with scores is an error."""
     from mtx.config.train import TrainConfig
     from mtx.train.best import best_steps, describe
 
@@ -46,21 +43,37 @@ def best_checkpoints(directory: Path, n: int, say: Callable[[str], None], fallba
     headers = {step: load_checkpoint(path, mmap=True, weights=False) for step, path in found}
     metric = headers[found[-1][0]]["recipe"].get("train", {}).get("best_metric", TrainConfig().best_metric)
     scored = [(step, header["valid"]) for step, header in headers.items() if "valid" in header]
-    if len(scored) < n and not fallback:
+    if len(scored) < n:
         raise MtxError(f"--best {n}: only {len(scored)} of the {len(found)} checkpoints in {directory} carry a "
                        "validation score (a checkpoint written at a validated step does): validate at every save "
                        "(train.validate_every = save_every), or average the last N with --last N.")
-    if len(scored) < n:
-        last = min(n, len(found))
-        say(f"{len(scored)} of the {len(found)} checkpoints in {directory} carry a validation score, fewer than "
-            f"{n}: averaging the last {last} instead (validate at every save, train.validate_every = save_every, "
-            "for the best to be chosen).\n")
-        return last_checkpoints(directory, last)
     chosen = best_steps(scored, metric, n)
     values = ", ".join(f"{step:,} ({headers[step]['valid'][metric]:.3f})" for step in chosen)
     say(f"the best {n} of {len(scored)} by {describe(metric)}: steps {values}\n")
     paths = dict(found)
     return [paths[step] for step in chosen]
+
+
+def default_candidates(directory: Path, n: int, say: Callable[[str], None]) -> list[tuple[str, list[Path]]]:
+    """What `mtx average --dir` chooses among on the valid split, each set of checkpoints once: the average of the
+    `n` best by validation (where the checkpoints carry scores enough: `best_checkpoints`), the average of the
+    last `n`, and the newest checkpoint alone. Early in training the model still improves from one checkpoint to
+    the next, and an average lags behind the newest (docs: Which defaults, measured); later the average is the
+    better model. Which is the better, only held-out text can tell."""
+    found = step_checkpoints(directory)
+    if not found:
+        raise MtxError(f"No step_<N>.pt checkpoints in {directory}: train first with `mtx train RECIPE`.")
+    last = min(n, len(found))
+    candidates: dict[tuple[Path, ...], list[str]] = {}
+    try:
+        candidates[tuple(best_checkpoints(directory, n, say))] = [f"the average of the best {n} by validation"]
+    except MtxError:  # too few carry scores
+        say(f"Fewer than {n} checkpoints in {directory} carry a validation score (validate at every save, "
+            f"train.validate_every = save_every, for the best to be chosen): choosing between the last {last} and "
+            "the newest alone.\n")
+    candidates.setdefault(tuple(path for _, path in found[-last:]), []).append(f"the average of the last {last}")
+    candidates.setdefault((found[-1][1],), []).append(f"the newest checkpoint, step {found[-1][0]:,}")
+    return [(", also ".join(descriptions), list(paths)) for paths, descriptions in candidates.items()]
 
 
 def _identity(checkpoint: dict[str, Any]) -> tuple:

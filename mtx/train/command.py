@@ -69,8 +69,8 @@ def average(
     from mtx.config.loading import tunes_lenpen
     from mtx.decode.command import check_choice
     from mtx.devices import DeviceName
-    from mtx.train.average import average_checkpoints, best_checkpoints, last_checkpoints
-    from mtx.train.tune_lenpen import ValidToTune
+    from mtx.train.average import average_checkpoints, best_checkpoints, default_candidates, last_checkpoints
+    from mtx.train.tune_lenpen import ValidToTune, chosen_on_valid
 
     if bool(checkpoints) == (directory is not None):
         raise MtxError("Name the checkpoints to average one way: as files (mtx average a.pt b.pt -o avg.pt) "
@@ -80,27 +80,36 @@ def average(
     if last is not None and best is not None:
         raise MtxError("Pass --last N or --best N, not both.")
     check_choice("--device", device, DeviceName)
-    if directory is not None:
-        if last is not None:
-            checkpoints = last_checkpoints(directory, last)
-        else:
-            checkpoints = best_checkpoints(directory, best or DEFAULT_AVERAGED, sys.stderr.write, fallback=best is None)
-    first = load_checkpoint(checkpoints[0], mmap=True, weights=False)
+    say = sys.stderr.write
+    if directory is None:
+        candidates = [("the checkpoints given", list(checkpoints or []))]
+    elif last is not None:
+        candidates = [(f"the last {last}", last_checkpoints(directory, last))]
+    elif best is not None:
+        candidates = [(f"the best {best}", best_checkpoints(directory, best, say))]
+    else:
+        candidates = default_candidates(directory, DEFAULT_AVERAGED, say)
+    first_path = candidates[0][1][0]
+    first = load_checkpoint(first_path, mmap=True, weights=False)
+    tune = tune_lenpen if tune_lenpen is not None else tunes_lenpen(first["recipe"])
+    if tune_lenpen is None and not tune:
+        say(f"decode.lenpen {first['recipe'].get('decode', {}).get('lenpen')} kept: the run's recipe pins it "
+            "(train.tune_lenpen: false); --tune-lenpen chooses it on the valid split.\n")
     valid = None
-    if tune_lenpen or (tune_lenpen is None and tunes_lenpen(first["recipe"])):
+    if tune or len(candidates) > 1:
         try:
-            valid = ValidToTune.of_run(first, checkpoints[0])
+            valid = ValidToTune.of_run(first, first_path)
         except MtxError as e:
             if tune_lenpen:  # asked for by name: a reason not to is an error
                 raise
-            sys.stderr.write(f"decode.lenpen kept: {e}\n")
-    elif tune_lenpen is None:
-        sys.stderr.write(f"decode.lenpen {first['recipe'].get('decode', {}).get('lenpen')} kept: the run's recipe "
-                         "pins it (train.tune_lenpen: false); --tune-lenpen chooses it on the valid split.\n")
-    averaged = average_checkpoints(checkpoints)
+            say(f"Nothing chosen on the valid split: {e}\n")
+    if valid is not None and len(candidates) > 1:
+        averaged = chosen_on_valid(candidates, valid, tune, device, say)
+    else:
+        averaged = average_checkpoints(candidates[0][1])
+        if valid is not None and tune:
+            averaged = valid.with_chosen_lenpen(averaged, device, say)
     weights = f" (their {describe_weights(averaged)})" if "ema_decay" in averaged else ""
-    sys.stderr.write(f"averaged {len(checkpoints)} checkpoints{weights}\n")
-    if valid is not None:
-        averaged = valid.with_chosen_lenpen(averaged, device, sys.stderr.write)
+    say(f"averaged {len(averaged['averaged_from'])} checkpoints{weights}\n")
     save_checkpoint(averaged, output)
-    sys.stderr.write(f"→ {output}\n")
+    say(f"→ {output}\n")

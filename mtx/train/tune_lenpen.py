@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mtx.config.decode import DecodeConfig
+from mtx.decode.lenpen_choice import LenpenChoice
 from mtx.errors import MtxError
 
 
@@ -71,6 +72,13 @@ class ValidToTune:
                            ) -> dict[str, Any]:
         """`checkpoint` with the α that translates the valid split best as its recipe's decode.lenpen, and what
         choosing it found as its `lenpen_choice` (mtx.decode.lenpen_choice)."""
+        choice = self.scored(checkpoint, device, log)
+        log(f"decode.lenpen: {choice.before:g} → {choice.chosen:g}\n")
+        return with_choice(checkpoint, choice)
+
+    def scored(self, checkpoint: dict[str, Any], device: str, log: Callable[[str], None]) -> LenpenChoice:
+        """The valid BLEU and length ratio of `checkpoint`'s weights under every α (mtx.decode.lenpen_choice), the
+        table logged."""
         from mtx.checkpoint import model_of
         from mtx.decode.ensemble import without_weights
         from mtx.decode.facts import ModelFacts
@@ -89,10 +97,45 @@ class ValidToTune:
                                progress=(lambda stats: log(f"\r{stats.summary()}")) if shown else None)
         if shown:
             log("\n")
-        log(f"{choice.table()}\ndecode.lenpen: {choice.before:g} → {choice.chosen:g}\n")
-        stored = checkpoint["recipe"]
-        return {**checkpoint, "recipe": {**stored, "decode": {**stored.get("decode", {}), "lenpen": choice.chosen}},
-                "lenpen_choice": choice.to_dict()}
+        log(f"{choice.table()}\n")
+        return choice
+
+
+def with_choice(checkpoint: dict[str, Any], choice: LenpenChoice) -> dict[str, Any]:
+    """`checkpoint` with the chosen α as its recipe's decode.lenpen, and the choice as its `lenpen_choice`."""
+    stored = checkpoint["recipe"]
+    return {**checkpoint, "recipe": {**stored, "decode": {**stored.get("decode", {}), "lenpen": choice.chosen}},
+            "lenpen_choice": choice.to_dict()}
+
+
+def valid_bleu(choice: LenpenChoice, tuned: bool) -> float:
+    """The valid BLEU a checkpoint translates with: under the α chosen, or, `tuned` False, the α it has."""
+    alpha = choice.chosen if tuned else choice.before
+    return next(score.bleu for score in choice.scores if score.alpha == alpha)
+
+
+def chosen_on_valid(candidates: list[tuple[str, list[Path]]], valid: ValidToTune, tune: bool, device: str,
+                    log: Callable[[str], None]) -> dict[str, Any]:
+    """Of `candidates` (a description and the checkpoints to average), the average that translates the valid split
+    best by BLEU, under the α chosen for each (`tune`) or under its recipe's: what `mtx average --dir` makes with
+    neither --last nor --best. Ties go to the first. One search of the valid split per candidate."""
+    from mtx.train.average import average_checkpoints
+
+    best: tuple[float, str, dict[str, Any], LenpenChoice] | None = None
+    for description, paths in candidates:
+        log(f"{description}:\n")
+        averaged = average_checkpoints(paths)
+        choice = valid.scored(averaged, device, log)
+        bleu = valid_bleu(choice, tune)
+        if best is None or bleu > best[0]:
+            best = (bleu, description, averaged, choice)
+    assert best is not None
+    bleu, description, averaged, choice = best
+    log(f"chosen on the valid split: {description} (valid BLEU {bleu:.2f})\n")
+    if not tune:
+        return averaged
+    log(f"decode.lenpen: {choice.before:g} → {choice.chosen:g}\n")
+    return with_choice(averaged, choice)
 
 
 def run_data_places(checkpoint: Path, recipe_data: Path) -> list[Path]:

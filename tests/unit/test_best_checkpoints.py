@@ -16,8 +16,11 @@ from mtx.cli import app
 from mtx.config.loading import load_recipe, recipe_from_dict
 from mtx.config.model import resolve_model
 from mtx.config.recipe import ModelConfig
+from mtx.decode.lenpen_choice import LenpenChoice, PenaltyScore
 from mtx.model.transformer import Transformer
+from mtx.train.average import default_candidates
 from mtx.train.best import best_steps, improves, ranked
+from mtx.train.tune_lenpen import chosen_on_valid
 
 TOKENIZER = '{"stand-in": "averaging never parses the tokenizer"}'
 DATA = "data: {source: {demo: {pairs: 10}}, src_lang: en, tgt_lang: de}\n"
@@ -78,13 +81,14 @@ def test_the_default_is_the_best_five_and_a_run_without_scores_gets_its_last(tmp
     assert [Path(p).name for p in load_checkpoint(tmp_path / "a.pt")["averaged_from"]] == [
         f"step_{step}.pt" for step in (20, 30, 40, 50, 60)]
 
-    # Saved between validations (or by an mtx from before checkpoints kept their scores): the last five, said so.
+    # Saved between validations (or by an mtx from before checkpoints kept their scores): the last five, said so
+    # (with no valid split to choose on, the first of what mtx average would choose among).
     write_run(unscored, {step: None for step in BLEU}, recipe_dict(tmp_path, ""))
     code, output = average("--dir", str(unscored), "-o", str(tmp_path / "b.pt"))
     assert code == 0, output
     assert [Path(p).name for p in load_checkpoint(tmp_path / "b.pt")["averaged_from"]] == [
         f"step_{step}.pt" for step in (30, 40, 50, 60, 70)]
-    assert "0 of the 7 checkpoints" in output and "averaging the last 5 instead" in output
+    assert f"Fewer than 5 checkpoints in {unscored} carry a validation score" in output
 
 
 def test_the_length_penalty_is_chosen_unless_the_recipe_pins_it(tmp_path: Path) -> None:
@@ -97,7 +101,7 @@ def test_the_length_penalty_is_chosen_unless_the_recipe_pins_it(tmp_path: Path) 
     code, output = average(str(pinned / "step_10.pt"), "-o", str(tmp_path / "p.pt"))
     assert code == 0 and "decode.lenpen 0.6 kept: the run's recipe pins it" in output
     code, output = average(str(free / "step_10.pt"), "-o", str(tmp_path / "f.pt"))
-    assert code == 0 and "decode.lenpen kept: --tune-lenpen translates the valid split" in output
+    assert code == 0 and "Nothing chosen on the valid split: --tune-lenpen translates the valid split" in output
     assert "lenpen_choice" not in load_checkpoint(tmp_path / "f.pt")
     code, output = average(str(free / "step_10.pt"), "-o", str(tmp_path / "g.pt"), "--tune-lenpen")
     assert code == 1 and not (tmp_path / "g.pt").exists()
@@ -131,3 +135,40 @@ def test_the_wmt14_recipes_keep_the_papers_alpha(name: str) -> None:
     recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / f"{name}.yaml")
     assert recipe.decode.lenpen == 0.6 and recipe.decode.lenpen_style == "gnmt"
     assert recipe.train.tune_lenpen is False
+
+
+class ScriptedValid:
+    """A valid split whose BLEU for each average is scripted by the newest step it holds, under each α."""
+
+    def __init__(self, bleu: dict[int, dict[float, float]], before: float) -> None:
+        self.bleu, self.before = bleu, before
+
+    def scored(self, checkpoint: dict[str, Any], device: str, log: Any) -> LenpenChoice:
+        newest = max(int(Path(p).stem.removeprefix("step_")) for p in checkpoint["averaged_from"])
+        table = self.bleu[newest]
+        chosen = max(table, key=lambda alpha: table[alpha])
+        return LenpenChoice("fairseq", 10, 4, self.before, chosen,
+                            tuple(PenaltyScore(alpha, bleu, 1.0) for alpha, bleu in sorted(table.items())))
+
+
+def test_the_default_keeps_the_candidate_that_translates_the_valid_split_best(tmp_path: Path) -> None:
+    """mtx average --dir chooses among its candidates by valid BLEU: under each one's chosen α, or, α pinned, under
+    the recipe's; of equal BLEU, the first (the average)."""
+    write_run(tmp_path, {step: scores(BLEU[step], NLL[step], step) for step in BLEU}, recipe_dict(tmp_path, ""))
+    candidates = default_candidates(tmp_path, 5, lambda _: None)
+    assert [(description, [Path(p).name for p in paths]) for description, paths in candidates] == [
+        ("the average of the best 5 by validation", [f"step_{s}.pt" for s in (20, 30, 40, 50, 60)]),
+        ("the average of the last 5", [f"step_{s}.pt" for s in (30, 40, 50, 60, 70)]),
+        ("the newest checkpoint, step 70", ["step_70.pt"])]
+    # The best five end at step 60, the last five and the newest at 70: scripted by the newest step, the last
+    # five and the newest alone score alike, so the newest counts by its own entry below.
+    valid = ScriptedValid({60: {1.0: 10.0, 1.2: 11.0}, 70: {1.0: 10.5, 1.2: 10.6}}, before=1.0)
+    tuned = chosen_on_valid(candidates[:2], valid, tune=True, device="cpu", log=lambda _: None)
+    assert tuned["averaged_from"] == [str(p) for p in candidates[0][1]]  # 11.0 at α 1.2 beats 10.6
+    assert tuned["recipe"]["decode"]["lenpen"] == 1.2 and tuned["lenpen_choice"]["chosen"] == 1.2
+    pinned = chosen_on_valid(candidates[:2], valid, tune=False, device="cpu", log=lambda _: None)
+    assert pinned["averaged_from"] == [str(p) for p in candidates[1][1]]  # at α 1.0: 10.5 beats 10.0
+    assert "lenpen_choice" not in pinned
+    tie = ScriptedValid({60: {1.0: 10.0}, 70: {1.0: 10.0}}, before=1.0)
+    assert chosen_on_valid(candidates[:2], tie, tune=True, device="cpu",
+                           log=lambda _: None)["averaged_from"] == [str(p) for p in candidates[0][1]]
