@@ -82,7 +82,7 @@ $(REPORT_STAMP): $(STAMP)
 demo: install $(REPORT_STAMP)
 	$(BIN)/mtx prepare recipes/demo.yaml
 	$(BIN)/mtx train recipes/demo.yaml
-	$(BIN)/mtx average --dir $(DEMO)/checkpoints --last 5 -o $(DEMO)/average.pt --tune-lenpen
+	$(BIN)/mtx average --dir $(DEMO)/checkpoints -o $(DEMO)/average.pt
 	$(BIN)/mtx translate -m $(DEMO)/average.pt -i $(DEMO)/data/test.en -o $(DEMO)/test.hyp
 	@echo; echo "A few test translations:"; echo
 	@paste $(DEMO)/data/test.en $(DEMO)/test.hyp $(DEMO)/data/test.de | head -n 5 | \

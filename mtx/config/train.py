@@ -59,11 +59,12 @@ class TrainConfig:
     save_every_minutes: float | None = setting(
         None, "Also write one when this many minutes have passed since the last (the paper: every 10 minutes).",
         bounds=POSITIVE)
-    keep_last: int = setting(5, "Step checkpoints kept, the newest; 0 keeps all.", bounds=Bounds(0, note="0 keeps all"))
+    keep_last: int = setting(5, "Step checkpoints kept, the newest, whose average `mtx average --dir` tries (the "
+                             "paper's 5 where all are kept); 0 keeps all.", bounds=Bounds(0, note="0 keeps all"))
     keep_best: int = setting(
         5, "Step checkpoints also kept for their validation: the best N by train.best_metric, beside the keep_last "
-        "newest, for `mtx average --best`. Only a checkpoint written at a validated step has a score (save_every "
-        "a multiple of validate_every).", bounds=Bounds(0, note="0 keeps none for their score"))
+        "newest, whose average `mtx average --dir` tries. Only a checkpoint written at a validated step has a "
+        "score (save_every a multiple of validate_every).", bounds=Bounds(0, note="0 keeps none for their score"))
     best_metric: Literal["bleu", "nll"] = setting(
         "bleu", "The validation score that picks best.pt, counts train.patience, and ranks the checkpoints that "
         "train.keep_best keeps and `mtx average --best` averages: bleu (the valid decode's, higher is better) or "

@@ -8,6 +8,7 @@ model than any one of them, at no cost at inference. A run that keeps a moving a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ import torch
 
 from mtx.checkpoint import inference_weights, load_checkpoint, model_config_of, shared_names, step_checkpoints
 from mtx.errors import MtxError
+
+PAPER_AVERAGED = 5  # checkpoints averaged where a run keeps them all: the paper's number for base models
 
 
 def last_checkpoints(directory: Path, last: int) -> list[Path]:
@@ -54,23 +57,30 @@ def best_checkpoints(directory: Path, n: int, say: Callable[[str], None]) -> lis
     return [paths[step] for step in chosen]
 
 
-def default_candidates(directory: Path, n: int, say: Callable[[str], None]) -> list[tuple[str, list[Path]]]:
+def default_candidates(directory: Path, say: Callable[[str], None]) -> list[tuple[str, list[Path]]]:
     """What `mtx average --dir` chooses among on the valid split, each set of checkpoints once: the average of the
-    `n` best by validation (where the checkpoints carry scores enough: `best_checkpoints`), the average of the
-    last `n`, and the newest checkpoint alone. Early in training the model still improves from one checkpoint to
-    the next, and an average lags behind the newest (docs: Which defaults, measured); later the average is the
-    better model. Which is the better, only held-out text can tell."""
+    run's train.keep_best best by validation (where enough carry scores: `best_checkpoints`), the average of its
+    train.keep_last last (the paper's 5 where it keeps all), and the newest checkpoint alone: as many as the run
+    keeps to average. Early in training the model still improves from one checkpoint to the next, and an average
+    lags behind the newest (docs: Which defaults, measured); later the average is the better model. Which is the
+    better, only held-out text can tell."""
+    from mtx.config.train import TrainConfig
+
     found = step_checkpoints(directory)
     if not found:
         raise MtxError(f"No step_<N>.pt checkpoints in {directory}: train first with `mtx train RECIPE`.")
-    last = min(n, len(found))
+    kept = {**dataclasses.asdict(TrainConfig()), **load_checkpoint(found[-1][1], mmap=True, weights=False)["recipe"]
+            .get("train", {})}
+    last, best = min(kept["keep_last"] or PAPER_AVERAGED, len(found)), kept["keep_best"]
     candidates: dict[tuple[Path, ...], list[str]] = {}
-    try:
-        candidates[tuple(best_checkpoints(directory, n, say))] = [f"the average of the best {n} by validation"]
-    except MtxError:  # too few carry scores
-        say(f"Fewer than {n} checkpoints in {directory} carry a validation score (validate at every save, "
-            f"train.validate_every = save_every, for the best to be chosen): choosing between the last {last} and "
-            "the newest alone.\n")
+    if best:
+        try:
+            candidates[tuple(best_checkpoints(directory, best, say))] = [f"the average of the best {best} by "
+                                                                          "validation"]
+        except MtxError:  # too few carry scores
+            say(f"Fewer than {best} checkpoints in {directory} carry a validation score (validate at every save, "
+                f"train.validate_every = save_every, for the best to be chosen): choosing between the last {last} "
+                "and the newest alone.\n")
     candidates.setdefault(tuple(path for _, path in found[-last:]), []).append(f"the average of the last {last}")
     candidates.setdefault((found[-1][1],), []).append(f"the newest checkpoint, step {found[-1][0]:,}")
     return [(", also ".join(descriptions), list(paths)) for paths, descriptions in candidates.items()]

@@ -11,8 +11,6 @@ import typer
 from mtx.config.command import RecipeArg, SetOpt, read_run_recipe
 from mtx.errors import MtxError
 
-DEFAULT_AVERAGED = 5  # checkpoints `mtx average --dir` averages, the paper's number for base models
-
 
 def train(
     recipe: RecipeArg,
@@ -39,8 +37,9 @@ def average(
         list[Path] | None, typer.Argument(help="Checkpoints to average.", metavar="CKPT...", show_default=False)
     ] = None,
     directory: Annotated[Path | None, typer.Option(
-        "--dir", help=f"A run's checkpoints/ folder: average its best {DEFAULT_AVERAGED} step checkpoints by their "
-        "validation (train.best_metric), or, with --last or --best, the ones those name.")] = None,
+        "--dir", help="A run's checkpoints/ folder. Alone: the better on the valid split of the average of the "
+        "run's train.keep_best best checkpoints by validation, of its train.keep_last last, and the newest alone; "
+        "with --last or --best, the average of the ones those name.")] = None,
     last: Annotated[int | None, typer.Option("--last", min=1, help="With --dir: the last N step_<N>.pt by step.")
                     ] = None,
     best: Annotated[int | None, typer.Option(
@@ -88,7 +87,7 @@ def average(
     elif best is not None:
         candidates = [(f"the best {best}", best_checkpoints(directory, best, say))]
     else:
-        candidates = default_candidates(directory, DEFAULT_AVERAGED, say)
+        candidates = default_candidates(directory, say)
     first_path = candidates[0][1][0]
     first = load_checkpoint(first_path, mmap=True, weights=False)
     tune = tune_lenpen if tune_lenpen is not None else tunes_lenpen(first["recipe"])

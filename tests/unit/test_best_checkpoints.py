@@ -155,7 +155,7 @@ def test_the_default_keeps_the_candidate_that_translates_the_valid_split_best(tm
     """mtx average --dir chooses among its candidates by valid BLEU: under each one's chosen α, or, α pinned, under
     the recipe's; of equal BLEU, the first (the average)."""
     write_run(tmp_path, {step: scores(BLEU[step], NLL[step], step) for step in BLEU}, recipe_dict(tmp_path, ""))
-    candidates = default_candidates(tmp_path, 5, lambda _: None)
+    candidates = default_candidates(tmp_path, lambda _: None)
     assert [(description, [Path(p).name for p in paths]) for description, paths in candidates] == [
         ("the average of the best 5 by validation", [f"step_{s}.pt" for s in (20, 30, 40, 50, 60)]),
         ("the average of the last 5", [f"step_{s}.pt" for s in (30, 40, 50, 60, 70)]),
