@@ -547,8 +547,10 @@ def tokens_per_sentence(grid: Grid) -> list[str]:
 
 
 def summary(grid: Grid) -> str:
-    """One line per (pair, budget, row, way) with every seed done: JSON on stdout, and the markdown table."""
-    results = grid.results()
+    """One line per (pair, budget, row, way) with every seed done, of the grid's rows and budgets (--rows,
+    --budgets): JSON on stdout, and the markdown table."""
+    rows, budgets = {row.name for row in grid.rows}, set(grid.budgets)
+    results = [r for r in grid.results() if r["row"] in rows and r["budget"] in budgets]
     lines = ["| pair | updates | row | translated with | seeds | BLEU | chrF | length ratio | p (BLEU vs baseline) |",
              "|---|---|---|---|---|---|---|---|---|"]
     order = [w.name for w in WAYS]  # then the ways of results recorded before the grid measured them no more
