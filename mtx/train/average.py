@@ -21,11 +21,46 @@ from mtx.errors import MtxError
 PAPER_AVERAGED = 5  # checkpoints averaged where a run keeps them all: the paper's number for base models
 
 
-def last_checkpoints(directory: Path, last: int) -> list[Path]:
-    """The newest `last` step_<N>.pt files of a run's checkpoints/ folder, by step, oldest first."""
+def _step_files(directory: Path) -> list[tuple[int, Path]]:
+    """The step_<N>.pt files of a run's checkpoints/ folder, by step; none is an error."""
     found = step_checkpoints(directory)
     if not found:
         raise MtxError(f"No step_<N>.pt checkpoints in {directory}: train first with `mtx train RECIPE`.")
+    return found
+
+
+def _train_section(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The train: section of a checkpoint's recipe, with the defaults of the keys a recipe stored before them
+    lacks."""
+    from mtx.config.train import TrainConfig
+
+    return {**dataclasses.asdict(TrainConfig()), **checkpoint["recipe"].get("train", {})}
+
+
+def named_checkpoints(files: list[Path] | None, directory: Path | None, last: int | None, best: int | None,
+                      say: Callable[[str], None]) -> list[tuple[str, list[Path]]]:
+    """What `mtx average` averages, as (description, checkpoints) candidates, from its arguments: the files given,
+    the last or the best N of a run's folder, or, with the folder alone, `default_candidates`; asked for two ways
+    at once is an error."""
+    if bool(files) == (directory is not None):
+        raise MtxError("Name the checkpoints to average one way: as files (mtx average a.pt b.pt -o avg.pt) "
+                       "or as a run's folder (mtx average --dir RUN/checkpoints -o avg.pt).")
+    if directory is None and (last is not None or best is not None):
+        raise MtxError(f"{'--last' if last is not None else '--best'} only applies with --dir.")
+    if last is not None and best is not None:
+        raise MtxError("Pass --last N or --best N, not both.")
+    if directory is None:
+        return [("the checkpoints given", list(files or []))]
+    if last is not None:
+        return [(f"the last {last}", last_checkpoints(directory, last))]
+    if best is not None:
+        return [(f"the best {best}", best_checkpoints(directory, best, say))]
+    return default_candidates(directory, say)
+
+
+def last_checkpoints(directory: Path, last: int) -> list[Path]:
+    """The newest `last` step_<N>.pt files of a run's checkpoints/ folder, by step, oldest first."""
+    found = _step_files(directory)
     if len(found) < last:
         raise MtxError(f"--last {last} asks for more checkpoints than the {len(found)} in {directory}.")
     return [path for _, path in found[-last:]]
@@ -37,14 +72,11 @@ def best_checkpoints(directory: Path, n: int, say: Callable[[str], None]) -> lis
 
     Each checkpoint written at a validated step carries that validation's scores; one without (saved between
     validations, or by an mtx from before) is not ranked; fewer than `n` with scores is an error."""
-    from mtx.config.train import TrainConfig
     from mtx.train.best import best_steps, describe
 
-    found = step_checkpoints(directory)
-    if not found:
-        raise MtxError(f"No step_<N>.pt checkpoints in {directory}: train first with `mtx train RECIPE`.")
+    found = _step_files(directory)
     headers = {step: load_checkpoint(path, mmap=True, weights=False) for step, path in found}
-    metric = headers[found[-1][0]]["recipe"].get("train", {}).get("best_metric", TrainConfig().best_metric)
+    metric = _train_section(headers[found[-1][0]])["best_metric"]
     scored = [(step, header["valid"]) for step, header in headers.items() if "valid" in header]
     if len(scored) < n:
         raise MtxError(f"--best {n}: only {len(scored)} of the {len(found)} checkpoints in {directory} carry a "
@@ -64,13 +96,8 @@ def default_candidates(directory: Path, say: Callable[[str], None]) -> list[tupl
     keeps to average. Early in training the model still improves from one checkpoint to the next, and an average
     lags behind the newest (docs: Which defaults, measured); later the average is the better model. Which is the
     better, only held-out text can tell."""
-    from mtx.config.train import TrainConfig
-
-    found = step_checkpoints(directory)
-    if not found:
-        raise MtxError(f"No step_<N>.pt checkpoints in {directory}: train first with `mtx train RECIPE`.")
-    kept = {**dataclasses.asdict(TrainConfig()), **load_checkpoint(found[-1][1], mmap=True, weights=False)["recipe"]
-            .get("train", {})}
+    found = _step_files(directory)
+    kept = _train_section(load_checkpoint(found[-1][1], mmap=True, weights=False))
     last, best = min(kept["keep_last"] or PAPER_AVERAGED, len(found)), kept["keep_best"]
     candidates: dict[tuple[Path, ...], list[str]] = {}
     if best:

@@ -68,26 +68,12 @@ def average(
     from mtx.config.loading import tunes_lenpen
     from mtx.decode.command import check_choice
     from mtx.devices import DeviceName
-    from mtx.train.average import average_checkpoints, best_checkpoints, default_candidates, last_checkpoints
+    from mtx.train.average import average_checkpoints, named_checkpoints
     from mtx.train.tune_lenpen import ValidToTune, chosen_on_valid
 
-    if bool(checkpoints) == (directory is not None):
-        raise MtxError("Name the checkpoints to average one way: as files (mtx average a.pt b.pt -o avg.pt) "
-                       "or as a run's folder (mtx average --dir RUN/checkpoints -o avg.pt).")
-    if directory is None and (last is not None or best is not None):
-        raise MtxError(f"{'--last' if last is not None else '--best'} only applies with --dir.")
-    if last is not None and best is not None:
-        raise MtxError("Pass --last N or --best N, not both.")
     check_choice("--device", device, DeviceName)
     say = sys.stderr.write
-    if directory is None:
-        candidates = [("the checkpoints given", list(checkpoints or []))]
-    elif last is not None:
-        candidates = [(f"the last {last}", last_checkpoints(directory, last))]
-    elif best is not None:
-        candidates = [(f"the best {best}", best_checkpoints(directory, best, say))]
-    else:
-        candidates = default_candidates(directory, say)
+    candidates = named_checkpoints(checkpoints, directory, last, best, say)
     first_path = candidates[0][1][0]
     first = load_checkpoint(first_path, mmap=True, weights=False)
     tune = tune_lenpen if tune_lenpen is not None else tunes_lenpen(first["recipe"])

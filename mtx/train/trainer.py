@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from contextlib import nullcontext
-from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import NamedTuple, NoReturn
 
 import torch
 from rich.console import Console
@@ -46,7 +44,6 @@ from torch import Tensor
 from mtx.config.fields import parse_duration
 from mtx.config.recipe import Recipe, TrainConfig
 from mtx.data.batching import Batch
-from mtx.decode.lenpen_choice import check_searchable
 from mtx.errors import MtxError, first_line, is_out_of_memory
 from mtx.train import distributed
 from mtx.train.best import improves, metric_value
@@ -57,7 +54,7 @@ from mtx.train.resume import resume_run
 from mtx.train.run_lock import RunLock
 from mtx.train.state import TrainState, reposition_for_this_session
 from mtx.train.stopping import StopReason
-from mtx.train.tune_lenpen import ValidToTune
+from mtx.train.tune_lenpen import choose_at_the_end
 
 MIN_LOSS_SCALE = 1e-4  # fp16: a grad scaler halved this far finds inf/NaN gradients at any scale (fairseq's limit)
 
@@ -318,38 +315,10 @@ class Trainer:
         log.say(f"Training stopped at step {state.step}: {why}. Checkpoint: {keeper.directory / 'last.pt'}. {hint}")
         for line in describe_milestones(self.cfg.bleu_milestones, state.milestones, state.best_bleu):
             log.say(line)
-        if reason is not StopReason.SIGNAL and self.ctx.is_main:
-            self._choose_lenpen()
+        if reason is not StopReason.SIGNAL and self.ctx.is_main:  # a pre-emption's seconds are the checkpoint's
+            choose_at_the_end(self.recipe, self.parts.validator is not None, keeper, self.ctx.device.type, log.say)
         distributed.barrier()  # the other ranks wait here for rank 0's choice of α, within train.dist_timeout
         return state
-
-    def _choose_lenpen(self) -> None:
-        """train.tune_lenpen: the checkpoint training ends on gets the α that translates the valid split best as
-        its decode.lenpen, rewritten in place with what choosing it found (mtx.train.tune_lenpen), by rank 0 on
-        the training's device; it still resumes. Not after a stop signal, which may leave seconds: the same
-        command resumes, and chooses at the end. Where there is nothing to choose, it says why."""
-        decode, say = self.recipe.decode, self.parts.log.say
-        if not self.cfg.tune_lenpen:
-            say("train.tune_lenpen is off (the recipe pins decode.lenpen or turns it off): decode.lenpen "
-                f"{decode.lenpen:g} kept.")
-            return
-        if self.parts.validator is None:
-            say("train.tune_lenpen: the prepared data has no valid split to choose α on: decode.lenpen "
-                f"{decode.lenpen:g} kept.")
-            return
-        try:
-            check_searchable(decode, "train.tune_lenpen: the recipe")
-        except MtxError as e:
-            say(f"{e} decode.lenpen {decode.lenpen:g} kept.")
-            return
-        device = self.ctx.device.type  # "cuda" is rank 0's GPU, cuda:0
-
-        def with_chosen_lenpen(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
-            return ValidToTune.of_run(checkpoint, path).with_chosen_lenpen(checkpoint, device, sys.stderr.write)
-
-        tuned = self.parts.keeper.rewrite_newest(with_chosen_lenpen)
-        say(f"train.tune_lenpen: decode.lenpen {tuned['recipe']['decode']['lenpen']:g} chosen on the valid split, "
-            f"stored in {self.parts.keeper.directory / 'last.pt'}.")
 
     def _elapsed(self) -> float:
         """The run's training seconds: those of the sessions before, and this one's so far."""

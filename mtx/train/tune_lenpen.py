@@ -12,11 +12,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mtx.config.decode import DecodeConfig
 from mtx.decode.lenpen_choice import LenpenChoice
 from mtx.errors import MtxError
+
+if TYPE_CHECKING:
+    from mtx.config.recipe import Recipe
+    from mtx.train.checkpoints import CheckpointKeeper
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,38 @@ class ValidToTune:
             log("\n")
         log(f"{choice.table()}\n")
         return choice
+
+
+def choose_at_the_end(recipe: Recipe, has_valid: bool, keeper: CheckpointKeeper, device: str,
+                      say: Callable[[str], None]) -> None:
+    """train.tune_lenpen: the checkpoint training ends on gets the α that translates the valid split best as its
+    decode.lenpen, rewritten in place with what choosing it found (`keeper.rewrite_newest`), by rank 0 on the
+    training's `device` ("cuda" is rank 0's GPU, cuda:0); it still resumes. The trainer never calls it after a
+    stop signal, which may leave seconds: the same command resumes, and chooses at the end. Where there is
+    nothing to choose (`has_valid`: the prepared data has a valid split), it says why."""
+    from mtx.decode.lenpen_choice import check_searchable
+
+    decode = recipe.decode
+    if not recipe.train.tune_lenpen:
+        say("train.tune_lenpen is off (the recipe pins decode.lenpen or turns it off): decode.lenpen "
+            f"{decode.lenpen:g} kept.")
+        return
+    if not has_valid:
+        say(f"train.tune_lenpen: the prepared data has no valid split to choose α on: decode.lenpen "
+            f"{decode.lenpen:g} kept.")
+        return
+    try:
+        check_searchable(decode, "train.tune_lenpen: the recipe")
+    except MtxError as e:
+        say(f"{e} decode.lenpen {decode.lenpen:g} kept.")
+        return
+
+    def with_chosen_lenpen(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
+        return ValidToTune.of_run(checkpoint, path).with_chosen_lenpen(checkpoint, device, sys.stderr.write)
+
+    tuned = keeper.rewrite_newest(with_chosen_lenpen)
+    say(f"train.tune_lenpen: decode.lenpen {tuned['recipe']['decode']['lenpen']:g} chosen on the valid split, "
+        f"stored in {keeper.directory / 'last.pt'}.")
 
 
 def with_choice(checkpoint: dict[str, Any], choice: LenpenChoice) -> dict[str, Any]:
