@@ -57,8 +57,8 @@ import torch
 import yaml
 
 from mtx.config.decode import DecodeConfig
+from mtx.config.train import TrainConfig
 from mtx.score.metrics import score
-from mtx.train.best import best_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 MTX = [sys.executable, "-m", "mtx"]  # from this source tree (PYTHONPATH), as on a GPU machine with no install
@@ -91,9 +91,9 @@ class Way:
 
     The weights, each taken from the checkpoints up to the budget only, as a run stopped there would have them:
     "last", the budget's own; "average", the mean of the last AVERAGED (the paper's §6.1); "best", the mean of the
-    AVERAGED with the best valid BLEU (`mtx average --best`, the run's train.best_metric); "best-nll", of the
-    AVERAGED with the best valid nll; "default", what `mtx average --dir RUN/checkpoints -o OUT` makes with no
-    flag at all, as README's pipeline runs it."""
+    AVERAGED with the best valid BLEU (`mtx average --best N --best-metric bleu`); "best-nll", of the AVERAGED
+    with the best valid nll; "default", what `mtx average --dir RUN/checkpoints -o OUT` makes with no other flag,
+    as README's pipeline runs it."""
 
     weights: str
     lenpen_style: str = "gnmt"
@@ -280,9 +280,12 @@ class Grid:
         chosen: list[str] = {
             "last": [str(folder / f"step_{budget}.pt")],
             "average": ["--dir", str(folder), "--last", str(AVERAGED)],
-            "best": ["--dir", str(folder), "--best", str(AVERAGED)],
-            "best-nll": [str(folder / f"step_{step}.pt") for step in self.best_steps(folder, "nll")],
-            "default": ["--dir", str(folder)],
+            "best": ["--dir", str(folder), "--best", str(AVERAGED), "--best-metric", "bleu"],
+            "best-nll": ["--dir", str(folder), "--best", str(AVERAGED), "--best-metric", "nll"],
+            # A run's checkpoints store the train.best_metric it was trained under, and its step checkpoints do
+            # not depend on it (the grid keeps them all and sets no patience): the default of this mtx is what a
+            # run trained under it would rank by.
+            "default": ["--dir", str(folder), "--best-metric", TrainConfig().best_metric],
         }[way.weights]
         tuning = [] if way.weights == "default" else ["--tune-lenpen" if way.tuned else "--no-tune-lenpen"]
         self.mtx("average", *chosen, "-o", str(out), *tuning, "--device", self.size.device,
@@ -303,16 +306,6 @@ class Grid:
             (staging / "data").symlink_to(run / "data", target_is_directory=True)
             staging.rename(view)
         return view
-
-    @staticmethod
-    def best_steps(folder: Path, metric: str) -> list[int]:
-        """The AVERAGED steps of `folder` whose checkpoints' validation is best by `metric` (mtx.train.best)."""
-        scored = []
-        for path in folder.glob("step_*.pt"):
-            valid = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("valid")
-            if valid is not None:
-                scored.append((int(path.stem.removeprefix("step_")), valid))
-        return best_steps(scored, metric, AVERAGED)
 
     @staticmethod
     def run_identity(step_checkpoint: Path) -> str:

@@ -66,9 +66,10 @@ class TrainConfig:
         "newest, whose average `mtx average --dir` tries. Only a checkpoint written at a validated step has a "
         "score (save_every a multiple of validate_every).", bounds=Bounds(0, note="0 keeps none for their score"))
     best_metric: Literal["bleu", "nll"] = setting(
-        "bleu", "The validation score that picks best.pt, counts train.patience, and ranks the checkpoints that "
-        "train.keep_best keeps and `mtx average --best` averages: bleu (the valid decode's, higher is better) or "
-        "nll (the references' per-token negative log-likelihood, lower is better).")
+        "nll", "The validation score that picks best.pt, counts train.patience, and ranks the checkpoints that "
+        "train.keep_best keeps and `mtx average --best` averages: nll (the references' per-token negative "
+        "log-likelihood over the whole valid split, lower is better; fairseq's default) or bleu (the valid "
+        "decode's, higher is better).")
     validate_every: int = setting(1000, "Compute the valid loss and BLEU every this many updates.", bounds=AT_LEAST_1)
     valid_beam: int = setting(1, "Beam of the validation's decoding; 1 is greedy.", bounds=AT_LEAST_1)
     valid_max_sentences: int | None = setting(None, "Decode only N valid sentences for BLEU, spread evenly over "

@@ -89,6 +89,14 @@ def choose_lenpen(engine: TorchEngine, sources: Sequence[str], refs: Sequence[st
     (its beam and length limits) over the whole vocabulary. `sources` are lines as the model reads them (a
     prepared data folder's valid split, target tags included). `progress` is told the translation's statistics
     after each `chunk` sentences."""
+    return choose_among(endings(engine, sources, decode, progress, chunk), refs, decode, alphas)
+
+
+def endings(engine: TorchEngine, sources: Sequence[str], decode: DecodeConfig,
+            progress: Callable[[TranslationStats], None] | None = None, chunk: int = CHUNK
+            ) -> list[list[Translation]]:
+    """Every hypothesis that ends in one beam search of each of `sources` (see choose_lenpen): what each α's
+    translation is chosen from."""
     if not sources:
         raise MtxError("There are no valid sentences to choose the length penalty on.")
     if not engine.every_ending:
@@ -101,6 +109,13 @@ def choose_lenpen(engine: TorchEngine, sources: Sequence[str], refs: Sequence[st
         nbests += engine.translate(engine.facts.encode(lines), searching, range(start, start + len(lines)))
         if progress is not None:
             progress(engine.stats)
+    return nbests
+
+
+def choose_among(nbests: Sequence[Sequence[Translation]], refs: Sequence[str], decode: DecodeConfig,
+                 alphas: Sequence[float] = ALPHAS) -> LenpenChoice:
+    """The α of highest corpus BLEU against `refs` when each sentence's translation is the best of its `nbests`
+    (`endings`) under it: `alphas`, decode.lenpen, and the next tenths while the best is the largest tried."""
     scores: dict[float, PenaltyScore] = {}
     trying = [*alphas, decode.lenpen]
     while trying:
@@ -109,7 +124,7 @@ def choose_lenpen(engine: TorchEngine, sources: Sequence[str], refs: Sequence[st
             scores[alpha] = PenaltyScore(alpha, *corpus_bleu_and_ratio(hyps, list(refs)))
         best = max(scores.values(), key=lambda s: (s.bleu, -abs(s.alpha - decode.lenpen)))
         trying = further_alphas(max(scores)) if best.alpha == max(scores) else []
-    return LenpenChoice(decode.lenpen_style, len(sources), decode.beam, decode.lenpen, best.alpha,
+    return LenpenChoice(decode.lenpen_style, len(nbests), decode.beam, decode.lenpen, best.alpha,
                         tuple(scores[alpha] for alpha in sorted(scores)))
 
 

@@ -17,6 +17,7 @@ import torch
 
 from mtx.checkpoint import inference_weights, load_checkpoint, model_config_of, shared_names, step_checkpoints
 from mtx.errors import MtxError
+from mtx.train.best import BestMetric
 
 PAPER_AVERAGED = 5  # checkpoints averaged where a run keeps them all: the paper's number for base models
 
@@ -38,10 +39,10 @@ def _train_section(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 def named_checkpoints(files: list[Path] | None, directory: Path | None, last: int | None, best: int | None,
-                      say: Callable[[str], None]) -> list[tuple[str, list[Path]]]:
+                      say: Callable[[str], None], metric: BestMetric | None = None) -> list[tuple[str, list[Path]]]:
     """What `mtx average` averages, as (description, checkpoints) candidates, from its arguments: the files given,
-    the last or the best N of a run's folder, or, with the folder alone, `default_candidates`; asked for two ways
-    at once is an error."""
+    the last or the best N of a run's folder (best by `metric`, or the run's train.best_metric), or, with the
+    folder alone, `default_candidates`; asked for two ways at once is an error."""
     if bool(files) == (directory is not None):
         raise MtxError("Name the checkpoints to average one way: as files (mtx average a.pt b.pt -o avg.pt) "
                        "or as a run's folder (mtx average --dir RUN/checkpoints -o avg.pt).")
@@ -49,13 +50,16 @@ def named_checkpoints(files: list[Path] | None, directory: Path | None, last: in
         raise MtxError(f"{'--last' if last is not None else '--best'} only applies with --dir.")
     if last is not None and best is not None:
         raise MtxError("Pass --last N or --best N, not both.")
+    if metric is not None and (directory is None or last is not None):
+        raise MtxError("--best-metric ranks a run's checkpoints by validation, for --best N or --dir alone: the "
+                       f"{'--last' if last is not None else 'files given'} are averaged as they are.")
     if directory is None:
         return [("the checkpoints given", list(files or []))]
     if last is not None:
         return [(f"the last {last}", last_checkpoints(directory, last))]
     if best is not None:
-        return [(f"the best {best}", best_checkpoints(directory, best, say))]
-    return default_candidates(directory, say)
+        return [(f"the best {best}", best_checkpoints(directory, best, say, metric))]
+    return default_candidates(directory, say, metric)
 
 
 def last_checkpoints(directory: Path, last: int) -> list[Path]:
@@ -66,9 +70,10 @@ def last_checkpoints(directory: Path, last: int) -> list[Path]:
     return [path for _, path in found[-last:]]
 
 
-def best_checkpoints(directory: Path, n: int, say: Callable[[str], None]) -> list[Path]:
-    """The `n` step_<N>.pt files of a run's checkpoints/ folder with the best validation scores by the run's
-    train.best_metric (mtx.train.best), oldest first.
+def best_checkpoints(directory: Path, n: int, say: Callable[[str], None], metric: BestMetric | None = None
+                     ) -> list[Path]:
+    """The `n` step_<N>.pt files of a run's checkpoints/ folder with the best validation scores by `metric` or
+    the run's train.best_metric (mtx.train.best), oldest first.
 
     Each checkpoint written at a validated step carries that validation's scores; one without (saved between
     validations, or by an mtx from before) is not ranked; fewer than `n` with scores is an error."""
@@ -76,7 +81,7 @@ def best_checkpoints(directory: Path, n: int, say: Callable[[str], None]) -> lis
 
     found = _step_files(directory)
     headers = {step: load_checkpoint(path, mmap=True, weights=False) for step, path in found}
-    metric = _train_section(headers[found[-1][0]])["best_metric"]
+    metric = metric or _train_section(headers[found[-1][0]])["best_metric"]
     scored = [(step, header["valid"]) for step, header in headers.items() if "valid" in header]
     if len(scored) < n:
         raise MtxError(f"--best {n}: only {len(scored)} of the {len(found)} checkpoints in {directory} carry a "
@@ -89,20 +94,21 @@ def best_checkpoints(directory: Path, n: int, say: Callable[[str], None]) -> lis
     return [paths[step] for step in chosen]
 
 
-def default_candidates(directory: Path, say: Callable[[str], None]) -> list[tuple[str, list[Path]]]:
+def default_candidates(directory: Path, say: Callable[[str], None], metric: BestMetric | None = None
+                       ) -> list[tuple[str, list[Path]]]:
     """What `mtx average --dir` chooses among on the valid split, each set of checkpoints once: the average of the
-    run's train.keep_best best by validation (where enough carry scores: `best_checkpoints`), the average of its
-    train.keep_last last (the paper's 5 where it keeps all), and the newest checkpoint alone: as many as the run
-    keeps to average. Early in training the model still improves from one checkpoint to the next, and an average
-    lags behind the newest (docs: Which defaults, measured); later the average is the better model. Which is the
-    better, only held-out text can tell."""
+    run's train.keep_best best by validation (by `metric` or the run's; where enough carry scores:
+    `best_checkpoints`), the average of its train.keep_last last (the paper's 5 where it keeps all), and the newest
+    checkpoint alone: as many as the run keeps to average. Early in training the model still improves from one
+    checkpoint to the next, and an average lags behind the newest (docs: Which defaults, measured); later the
+    average is the better model. Which is the better, only held-out text can tell."""
     found = _step_files(directory)
     kept = _train_section(load_checkpoint(found[-1][1], mmap=True, weights=False))
     last, best = min(kept["keep_last"] or PAPER_AVERAGED, len(found)), kept["keep_best"]
     candidates: dict[tuple[Path, ...], list[str]] = {}
     if best:
         try:
-            candidates[tuple(best_checkpoints(directory, best, say))] = [f"the average of the best {best} by "
+            candidates[tuple(best_checkpoints(directory, best, say, metric))] = [f"the average of the best {best} by "
                                                                           "validation"]
         except MtxError:  # too few carry scores
             say(f"Fewer than {best} checkpoints in {directory} carry a validation score (validate at every save, "

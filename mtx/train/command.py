@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 
 from mtx.config.command import RecipeArg, SetOpt, read_run_recipe
+from mtx.config.decode import TUNE_SENTENCES
 from mtx.errors import MtxError
 
 
@@ -45,13 +46,16 @@ def average(
     best: Annotated[int | None, typer.Option(
         "--best", min=1, help="With --dir: the N step checkpoints with the best validation score, by the run's "
         "train.best_metric (the scores each checkpoint carries from the validation of its step).")] = None,
+    best_metric: Annotated[str | None, typer.Option(
+        "--best-metric", metavar="bleu|nll", help="The validation score that ranks the checkpoints for --best and "
+        "--dir alone. Default: the run's train.best_metric.", show_default=False)] = None,
     tune_lenpen: Annotated[bool | None, typer.Option(
         "--tune-lenpen/--no-tune-lenpen", help="Choose the length penalty α (0 to 2 by tenths, and on while the "
-        "best is the largest; in the recipe's decode.lenpen_style) that translates the run's whole valid split "
-        "best by BLEU, with the recipe's beam, and store it as the checkpoint's decode.lenpen, which mtx "
-        "translate and mtx serve then use: one beam search, every α rescored. Default: the run's "
-        "train.tune_lenpen, on unless its recipe gives decode.lenpen; on by default, a run without a valid split "
-        "keeps its α.", show_default=False)] = None,
+        "best is the largest; in the recipe's decode.lenpen_style) that translates the run's valid split (at "
+        f"most {TUNE_SENTENCES:,} sentences, spread over it) best by BLEU, with the recipe's beam, and store it "
+        "as the checkpoint's decode.lenpen, which mtx translate and mtx serve then use: one beam search, every α "
+        "rescored. Default: the run's train.tune_lenpen, on unless its recipe gives decode.lenpen; on by "
+        "default, a run without a valid split keeps its α.", show_default=False)] = None,
     device: Annotated[str, typer.Option(
         metavar="auto|cpu|cuda", help="Where to translate the valid split for α; auto: cuda if there is one."
     )] = "auto",
@@ -69,11 +73,14 @@ def average(
     from mtx.decode.command import check_choice
     from mtx.devices import DeviceName
     from mtx.train.average import average_checkpoints, named_checkpoints
+    from mtx.train.best import BestMetric
     from mtx.train.tune_lenpen import ValidToTune, chosen_on_valid
 
     check_choice("--device", device, DeviceName)
+    if best_metric is not None:
+        check_choice("--best-metric", best_metric, BestMetric)
     say = sys.stderr.write
-    candidates = named_checkpoints(checkpoints, directory, last, best, say)
+    candidates = named_checkpoints(checkpoints, directory, last, best, say, cast(BestMetric | None, best_metric))
     first_path = candidates[0][1][0]
     first = load_checkpoint(first_path, mmap=True, weights=False)
     tune = tune_lenpen if tune_lenpen is not None else tunes_lenpen(first["recipe"])

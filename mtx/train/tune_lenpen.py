@@ -14,19 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtx.config.decode import DecodeConfig
+from mtx.config.decode import TUNE_SENTENCES, DecodeConfig
 from mtx.decode.lenpen_choice import LenpenChoice
 from mtx.errors import MtxError
 
 if TYPE_CHECKING:
     from mtx.config.recipe import Recipe
+    from mtx.decode.torch_engine import TorchEngine
     from mtx.train.checkpoints import CheckpointKeeper
 
 
 @dataclass(frozen=True)
 class ValidToTune:
-    """What `--tune-lenpen` chooses α on: the whole valid split of the checkpoints' run, as `mtx prepare` wrote it,
-    and the recipe's search. Read, and refused, before averaging.
+    """What `--tune-lenpen` chooses α on: the valid split of the checkpoints' run, as `mtx prepare` wrote it (at
+    most TUNE_SENTENCES of each language pair's, spread evenly over it), and the recipe's search. Read, and
+    refused, before averaging.
 
     The run's data is looked for beside the checkpoints first (RUN/data for RUN/checkpoints/step_<N>.pt), then
     where the recipe's run_dir says: a run folder moved or copied elsewhere keeps its data beside its
@@ -41,8 +43,9 @@ class ValidToTune:
     refs: list[str]
 
     @classmethod
-    def of_run(cls, checkpoint: dict[str, Any], path: Path) -> ValidToTune:
-        """The valid split of the run of `checkpoint`, read from the file `path`."""
+    def of_run(cls, checkpoint: dict[str, Any], path: Path, most: int | None = TUNE_SENTENCES) -> ValidToTune:
+        """The valid split of the run of `checkpoint`, read from the file `path`: `most` of its sentences (of each
+        language pair's), spread evenly over it, or all (None)."""
         from mtx.config.loading import recipe_from_dict
         from mtx.data.prepared import load_manifest
         from mtx.decode.lenpen_choice import check_searchable
@@ -69,7 +72,7 @@ class ValidToTune:
             raise MtxError(f"--tune-lenpen translates the valid split of the checkpoints' run, and {data_dir} has "
                            "none: add one to the recipe's data.source and run `mtx prepare` again, or leave out "
                            "--tune-lenpen.")
-        sources, refs, _ = valid_text(recipe.data, manifest, data_dir)
+        sources, refs, _ = valid_text(recipe.data, manifest, data_dir, most)
         return cls(data_dir, decode, sources, refs)
 
     def with_chosen_lenpen(self, checkpoint: dict[str, Any], device: str, log: Callable[[str], None]
@@ -83,26 +86,32 @@ class ValidToTune:
     def scored(self, checkpoint: dict[str, Any], device: str, log: Callable[[str], None]) -> LenpenChoice:
         """The valid BLEU and length ratio of `checkpoint`'s weights under every α (mtx.decode.lenpen_choice), the
         table logged."""
-        from mtx.checkpoint import model_of
-        from mtx.decode.ensemble import without_weights
-        from mtx.decode.facts import ModelFacts
         from mtx.decode.lenpen_choice import choose_lenpen
-        from mtx.decode.torch_engine import engine_of_model
-        from mtx.decode.translator import prepare_model
-        from mtx.devices import choose_device
 
-        model, tokenizer = model_of(checkpoint, "the average")
-        model = prepare_model(model, choose_device(device, "--device"), "auto")
-        facts = ModelFacts.of_metadata([Path("the average")], tokenizer, [without_weights(checkpoint)])
         log(f"choosing the length penalty α ({self.decode.lenpen_style}) on the {len(self.sources):,} valid "
             f"sentences of {self.data_dir}, beam {self.decode.beam}\n")
         shown = sys.stderr.isatty()  # the progress line, as mtx translate shows it
-        choice = choose_lenpen(engine_of_model(model, facts, every_ending=True), self.sources, self.refs, self.decode,
+        choice = choose_lenpen(searcher(checkpoint, device), self.sources, self.refs, self.decode,
                                progress=(lambda stats: log(f"\r{stats.summary()}")) if shown else None)
         if shown:
             log("\n")
         log(f"{choice.table()}\n")
         return choice
+
+
+def searcher(checkpoint: dict[str, Any], device: str) -> TorchEngine:
+    """A torch engine of `checkpoint`'s weights that keeps every hypothesis that ends, as choosing α needs."""
+    from mtx.checkpoint import model_of
+    from mtx.decode.ensemble import without_weights
+    from mtx.decode.facts import ModelFacts
+    from mtx.decode.torch_engine import engine_of_model
+    from mtx.decode.translator import prepare_model
+    from mtx.devices import choose_device
+
+    model, tokenizer = model_of(checkpoint, "the average")
+    model = prepare_model(model, choose_device(device, "--device"), "auto")
+    facts = ModelFacts.of_metadata([Path("the average")], tokenizer, [without_weights(checkpoint)])
+    return engine_of_model(model, facts, every_ending=True)
 
 
 def choose_at_the_end(recipe: Recipe, has_valid: bool, keeper: CheckpointKeeper, device: str,

@@ -88,7 +88,7 @@ def test_a_resumed_run_keeps_the_best_of_the_files_written_before_it(tmp_path: P
     """keep_last 1, keep_best 1 by BLEU: the first session's step 4 (BLEU 30) outranks what the second session
     scores (20 and 5), so it stays beside the newest; and the best score resumes, so best.pt stays step 4's."""
     path = prepared(tmp_path)
-    settings = dict(validate_every=4, save_every=4, keep_last=1, keep_best=1)
+    settings = dict(validate_every=4, save_every=4, keep_last=1, keep_best=1, best_metric="bleu")
     train(recipe(path, max_steps=8, **settings), hooks=ScriptedValidation([2.0, 2.0], [30.0, 10.0]).hooks)
     assert kept(path) == [4, 8]
     state = train(recipe(path, max_steps=16, **settings), hooks=ScriptedValidation([2.0, 2.0], [20.0, 5.0]).hooks)

@@ -15,14 +15,16 @@ from typer.testing import CliRunner
 
 from mtx.checkpoint import load_checkpoint, load_model
 from mtx.cli import app
-from mtx.config.decode import DecodeConfig
+from mtx.config.decode import TUNE_SENTENCES, DecodeConfig
 from mtx.decode.ensemble import without_weights
 from mtx.decode.facts import ModelFacts
-from mtx.decode.lenpen_choice import choose_lenpen
+from mtx.decode.lenpen_choice import choose_among, choose_lenpen, endings
 from mtx.decode.torch_engine import engine_of_model
 from mtx.errors import MtxError
 from mtx.export.model_card import model_card
 from mtx.score.metrics import corpus_bleu_and_ratio
+from mtx.train.run_data import spread_lines
+from mtx.train.tune_lenpen import ValidToTune, searcher
 
 
 def mtx(*args: str) -> tuple[int, str, str]:
@@ -199,3 +201,24 @@ def test_checkpoints_whose_run_dir_holds_another_tokenizers_data_are_refused(run
     assert code == 1 and f"--tune-lenpen would choose α on {other / 'data'}" in message
     assert f"another tokenizer than {copies[0]} was trained with" in message
     assert not out.exists()
+
+
+def test_alpha_is_chosen_on_at_most_tune_sentences_spread_over_the_valid_split(run: Path) -> None:
+    """All 40 valid sentences here (fewer than TUNE_SENTENCES); asked for 20, 20 spread over the split. Choosing on
+    those out of one search of all 40 (what bench/lenpen_sample.py measures) is choosing on a search of them."""
+    path = run / "run" / "checkpoints" / "step_60.pt"
+    checkpoint = load_checkpoint(path)
+    every = ValidToTune.of_run(checkpoint, path)
+    assert len(every.sources) == 40 < TUNE_SENTENCES
+    sample, lines = ValidToTune.of_run(checkpoint, path, most=20), spread_lines([""] * 40, 20)
+    assert len(set(lines)) == 20 and lines[-1] >= 38  # from the whole split, not its head
+    assert (sample.sources, sample.refs) == ([every.sources[i] for i in lines], [every.refs[i] for i in lines])
+    engine = searcher(checkpoint, "cpu")
+    alone = choose_among(endings(engine, sample.sources, sample.decode), sample.refs, sample.decode)
+    of_all = endings(engine, every.sources, every.decode)
+    rescored = choose_among([of_all[i] for i in lines], sample.refs, sample.decode)
+    assert (alone.chosen, alone.sentences) == (rescored.chosen, 20)
+    assert [s.alpha for s in alone.scores] == [s.alpha for s in rescored.scores]
+    for field in ("bleu", "length_ratio"):
+        assert [getattr(s, field) for s in alone.scores] == pytest.approx([getattr(s, field) for s in rescored.scores])
+    assert len({s.length_ratio for s in alone.scores}) > 1  # α changes what it says

@@ -53,8 +53,9 @@ def write_run(folder: Path, valid: dict[int, dict[str, float] | None], recipe: d
 
 
 def average(*args: str) -> tuple[int, str]:
+    """Its exit code, and what it wrote, with the error it stopped on (a user's, MtxError) after it."""
     result = CliRunner().invoke(app, ["average", *args])
-    return result.exit_code, result.output
+    return result.exit_code, result.output + (str(result.exception) if result.exception else "")
 
 
 BLEU = {10: 4.0, 20: 9.0, 30: 6.0, 40: 8.0, 50: 7.0, 60: 5.0, 70: 3.0}  # the best three: 20, 40, 50
@@ -74,12 +75,20 @@ def test_best_n_averages_the_checkpoints_with_the_best_recorded_validation(tmp_p
 
 
 def test_the_default_is_the_best_five_and_a_run_without_scores_gets_its_last(tmp_path: Path) -> None:
+    """With no valid split to choose on, the first of what mtx average would choose among: the best five by the
+    run's train.best_metric (nll unless the recipe says), or by --best-metric."""
     scored, unscored = tmp_path / "scored", tmp_path / "unscored"
     write_run(scored, {step: scores(BLEU[step], NLL[step], step) for step in BLEU}, recipe_dict(tmp_path, ""))
-    code, output = average("--dir", str(scored), "-o", str(tmp_path / "a.pt"))
-    assert code == 0, output
-    assert [Path(p).name for p in load_checkpoint(tmp_path / "a.pt")["averaged_from"]] == [
-        f"step_{step}.pt" for step in (20, 30, 40, 50, 60)]
+    for flags, best in (((), (30, 40, 50, 60, 70)), (("--best-metric", "bleu"), (20, 30, 40, 50, 60))):
+        code, output = average("--dir", str(scored), "-o", str(tmp_path / "a.pt"), *flags)
+        assert code == 0, output
+        assert [Path(p).name for p in load_checkpoint(tmp_path / "a.pt")["averaged_from"]] == [
+            f"step_{step}.pt" for step in best]
+    code, output = average("--dir", str(scored), "-o", str(tmp_path / "c.pt"), "--best-metric", "chrf")
+    assert code == 1 and "--best-metric 'chrf' is not one of bleu, nll" in output
+    code, output = average("--dir", str(scored), "--last", "2", "-o", str(tmp_path / "c.pt"), "--best-metric", "nll")
+    assert code == 1 and "--best-metric ranks a run's checkpoints by validation" in output
+    assert not (tmp_path / "c.pt").exists()
 
     # Saved between validations (or by an mtx from before checkpoints kept their scores): the last five, said so
     # (with no valid split to choose on, the first of what mtx average would choose among).
@@ -154,7 +163,8 @@ class ScriptedValid:
 def test_the_default_keeps_the_candidate_that_translates_the_valid_split_best(tmp_path: Path) -> None:
     """mtx average --dir chooses among its candidates by valid BLEU: under each one's chosen α, or, α pinned, under
     the recipe's; of equal BLEU, the first (the average)."""
-    write_run(tmp_path, {step: scores(BLEU[step], NLL[step], step) for step in BLEU}, recipe_dict(tmp_path, ""))
+    write_run(tmp_path, {step: scores(BLEU[step], NLL[step], step) for step in BLEU},
+              recipe_dict(tmp_path, "train: {best_metric: bleu}\n"))
     candidates = default_candidates(tmp_path, lambda _: None)
     assert [(description, [Path(p).name for p in paths]) for description, paths in candidates] == [
         ("the average of the best 5 by validation", [f"step_{s}.pt" for s in (20, 30, 40, 50, 60)]),

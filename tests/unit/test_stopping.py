@@ -65,10 +65,10 @@ def test_a_better_score_is_strictly_better_in_the_metrics_direction() -> None:
 def test_reasons_are_worded_with_the_recipes_values() -> None:
     cfg = TrainConfig(max_steps=300, patience=4, max_time="2h")
     assert StopReason.MAX_STEPS.describe(cfg) == "train.max_steps = 300 reached"
-    assert StopReason.PATIENCE.describe(cfg) == ("early stopping: valid BLEU has not improved in 4 validations "
+    assert StopReason.PATIENCE.describe(cfg) == ("early stopping: valid nll has not improved in 4 validations "
                                                  "(train.patience)")
-    assert StopReason.PATIENCE.describe(TrainConfig(patience=2, best_metric="nll")).startswith(
-        "early stopping: valid nll has not improved in 2 validations")
+    assert StopReason.PATIENCE.describe(TrainConfig(patience=2, best_metric="bleu")).startswith(
+        "early stopping: valid BLEU has not improved in 2 validations")
     assert StopReason.SIGNAL.describe(cfg, "SIGTERM") == "stopped by SIGTERM"
     assert StopReason.SIGNAL.describe(cfg) == "stopped by a signal to another rank"
 
