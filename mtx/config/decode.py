@@ -30,8 +30,9 @@ SAMPLING_ONLY: dict[str, Any] = {"topk": None, "topp": 1.0, "temperature": 1.0}
 # (2^128), as is a log-probability divided by it; a larger α overflows lp, or underflows every score to 0.
 MAX_LENPEN = 10.0
 # The valid sentences α is chosen on, at most, spread evenly over the split: one beam search over them is what
-# choosing costs, and a larger valid split tells α no better (bench/lenpen_sample.py, bench/README.md).
-TUNE_SENTENCES = 1000
+# choosing costs. As many as the quality grid's whole valid split, where far fewer chose as well
+# (bench/lenpen_sample.py, bench/README.md).
+TUNE_SENTENCES = 2000
 
 
 @dataclass(frozen=True)
