@@ -293,7 +293,7 @@ def test_a_tiny_model_learns_to_reverse(tmp_path: Path) -> None:
     """Reverse-copy of 2–8 random words: the best checkpoint scores BLEU ≥ 97 on a held-out test set.
 
     Calibrated on a shared 2-core CPU (one thread): valid BLEU passes 95 around update 700 and wobbles between
-    92 and 99.6 afterwards, so the best checkpoint (chosen on the valid set) is scored. With the recipe's seed
+    92 and 99.6 afterwards, so the best checkpoint by valid BLEU (train.best_metric) is scored. With the recipe's seed
     1 it scores 99.47 on the test set; seeds 2 and 3 score 97.74 and 99.20. The bar is the lowest of the three
     seeds less a margin of 0.74 BLEU, for float rounding that differs between machines. lr 2e-3 with patience
     3, calibrated earlier, stopped early at 93.7 after a change of float rounding alone (the fused loss): too
@@ -309,7 +309,7 @@ def test_a_tiny_model_learns_to_reverse(tmp_path: Path) -> None:
     raw["data"]["source"]["files"]["test"] = [str(p) for p in test_files]
     raw["model"].update(layers_enc=2, layers_dec=2, d_model=64, d_ff=256, dropout=0.0, norm="pre")
     raw["train"].update(max_tokens=1000, lr=1e-3, warmup=200, clip_norm=1.0, max_steps=1300, validate_every=100,
-                        patience=5, log_every=100, save_every=100)
+                        patience=5, best_metric="bleu", log_every=100, save_every=100)
     path = write_recipe(tmp_path, raw)
     prepare(load_recipe(path), workers=1, console=Console(file=io.StringIO()))
     started = time.monotonic()
@@ -630,7 +630,7 @@ def test_patience_stops_early_and_best_pt_is_the_best_bleu_step(tmp_path: Path, 
     """Validations every 2 updates score 10, 20, 15, 20, 12: with patience 3 the run stops after the fifth
     (three without improving on 20; an equal score is no improvement), and best.pt is step 4's model."""
     path = prepared(tmp_path)
-    state = train(recipe(path, max_steps=1000, validate_every=2, patience=3, save_every=1000),
+    state = train(recipe(path, max_steps=1000, validate_every=2, patience=3, save_every=1000, best_metric="bleu"),
                   hooks=Hooks(valid_bleu=scripted_bleu([10.0, 20.0, 15.0, 20.0, 12.0, 30.0])))
     assert (state.step, state.best_bleu, state.bad_validations) == (10, 20.0, 3)
     assert "Training stopped at step 10: early stopping: valid BLEU has not improved in 3 validations" in (
