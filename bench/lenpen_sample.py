@@ -2,11 +2,11 @@
 
 `mtx average` and the end of `mtx train` choose the length penalty's α on the run's valid split (mtx.train.
 tune_lenpen), one beam search over it. On a large valid split that search is the cost, so they take at most
-`LENPEN_SENTENCES` spread evenly over it. This searches a checkpoint's whole valid split once, keeping every
-hypothesis that ends (mtx.decode.lenpen_choice.endings), chooses α on N spread lines of it for each N, and scores
-each choice on all the lines: what choosing on N loses against choosing on all. Where the run's data has a test
-split, each choice is also scored there, once searched the same way: the loss out of the sample. One JSON line
-per N on stdout.
+`TUNE_SENTENCES` (mtx/config/decode.py) spread evenly over it. This searches a checkpoint's whole valid split
+once, keeping every hypothesis that ends (mtx.decode.lenpen_choice.endings), chooses α on N spread lines of it
+for each N (`spread_lines` over the set as one language pair: a model of one pair), and scores each choice on all
+the lines: what choosing on N loses against choosing on all. Where the run's data has a test split, each choice
+is also scored there, searched the same way once: the loss out of the sample. One JSON line per N on stdout.
 
     .venv/bin/python bench/lenpen_sample.py -m runs/quality/en-de/defaults-seed1/checkpoints/step_2000.pt
 """
@@ -35,13 +35,14 @@ def main() -> None:
     args = parser.parse_args()
     checkpoint = torch.load(args.model, map_location="cpu", weights_only=True)
     valid = ValidToTune.of_run(checkpoint, args.model, most=None)
+    engine = searcher(checkpoint, "cpu")
     started = time.perf_counter()
-    nbests = endings(searcher(checkpoint, "cpu"), valid.sources, valid.decode)
+    nbests = endings(engine, valid.sources, valid.decode)
     seconds = time.perf_counter() - started
     on_all = choose_among(nbests, valid.refs, valid.decode)
     best = {s.alpha: s for s in on_all.scores}[on_all.chosen]
     test = test_split(checkpoint, valid.data_dir)
-    test_endings = endings(searcher(checkpoint, "cpu"), test[0], valid.decode) if test else []
+    test_endings = endings(engine, test[0], valid.decode) if test else []
     for most in [*args.sentences, len(nbests)]:
         lines = spread_lines([""] * len(nbests), most)
         alpha = choose_among([nbests[i] for i in lines], [valid.refs[i] for i in lines], valid.decode).chosen
