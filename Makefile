@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml
 # Every optional extra, with torch kept at its pin, so that no test of them skips: export (transformers,
 # safetensors, ctranslate2 for `mtx export`), report (matplotlib for `mtx report -o`), tensorboard, serve
 # (FastAPI, uvicorn and Swagger UI's files for `mtx serve`), docs (MkDocs, for the site's strict build), langid
-# (the language identifier of data.filter.language_id), marian (transformers and sentencepiece for `mtx import`).
-EXTRAS       := dev,export,ct2,report,tensorboard,serve,docs,langid,marian
+# (the language identifier of data.filter.language_id), marian (transformers and sentencepiece for `mtx import`),
+# documents (sentencex for --split-sentences).
+EXTRAS       := dev,export,ct2,report,tensorboard,serve,docs,langid,marian,documents
 EXTRAS_STAMP := $(VENV)/.extras-installed
 
 install-extras: $(EXTRAS_STAMP)

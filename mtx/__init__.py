@@ -16,6 +16,8 @@ docstring the map of its modules. A lower stage never imports a higher one (test
     model/       the paper's Transformer
     train/       the training loop from one CPU to many GPUs (`mtx train`, `mtx average`)
     decode/      search and translation (`mtx translate`)
+    documents/   paragraphs cut into sentences and markup carried over, around decoding (`--split-sentences`,
+                 `--markup`)
     score/       sacreBLEU and the paper's BLEU (`mtx score`)
     analysis/    attention and alignments (`mtx inspect`)
     export/      Hugging Face and CTranslate2 folders (`mtx export`)

@@ -93,6 +93,11 @@ class DecodeConfig:
         None, "For a model of several target languages (data.target_tag): translate into this one, by putting its "
         "tag (<2de>) before every sentence that does not start with a target tag of its own. Unset: each sentence's "
         "own tag decides.")
+    split_sentences: bool = setting(
+        False, "Read each line as a paragraph: cut it into sentences (sentencex, the extra mtx[documents], by the "
+        "rules of the recipe's data.src_lang), translate them, and join the translations with the whitespace "
+        "between them kept: one output line per input line still. A model trained on sentences stops early on a "
+        "paragraph of several (the decoding guide's figures). Not with nbest above 1 or alignment.")
 
     @classmethod
     def of_checkpoint(cls, checkpoint: dict[str, Any], **overrides: Any) -> DecodeConfig:

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from mtx.decode.output import ScoreWriter, SearchWriter
     from mtx.decode.translation import TranslationStats
     from mtx.devices import DeviceName
+    from mtx.documents.document import Document
 
 READ_AHEAD_LINES = 2000  # a window: enough sentences for length sorting to pay off, few enough to stream
 
@@ -201,6 +202,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     from mtx.decode.output import score_writer, search_writer
     from mtx.decode.translation import TranslationStats
     from mtx.devices import DeviceName
+    from mtx.documents.document import DocumentWriter, is_document, translate_documents
 
     for flag, value, allowed in (("--device", device, DeviceName), ("--dtype", dtype, Dtype),
                                  ("--errors", errors, Errors)):
@@ -211,6 +213,7 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     request = Request.of(facts, options)
     request.check(facts, given=options)
     companion = companion_file(input_path, prefix_path, reference_path, request)
+    check_documents(request, companion)
     if (refused := refusal(request, facts, options, prefixes=prefix_path is not None)) is not None:
         raise MtxError(refused[1])
     with contextlib.ExitStack() as files:
@@ -241,7 +244,11 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             skipped = todo.start
         windows = read_windows(lines, companion, given, full=is_a_file(source))
         first = request.line_offset + skipped
-        if reference_path is None:  # the translating, and the writer of its results, chosen once
+        if reference_path is None and is_document(request):  # lines as paragraphs or markup (mtx.documents)
+            results = (translate_documents(engine, facts, read_window(w, request, facts, skipped), request,
+                                           range(first + w.first, first + w.first + len(w.lines))) for w in windows)
+            writer = DocumentWriter(facts.tokenizer, request.format == "jsonl")
+        elif reference_path is None:  # the translating, and the writer of its results, chosen once
             results = (engine.translate(facts.encode(w.lines, request.target_lang), request,
                                         range(first + w.first, first + w.first + len(w.lines)), w.given or None)
                        for w in windows)
@@ -254,6 +261,32 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             shard_output.finish()
     report(engine.stats, facts.limits.max_positions, engine.provenance(), log, show_progress)
     return engine.stats
+
+
+def check_documents(request: Request, companion: Companion | None) -> None:
+    """Lines read as documents (--split-sentences, --markup) are translated whole: no prefix or given translation
+    goes with them, and splitting needs its segmenter, checked before any weights load."""
+    from mtx.documents.document import is_document
+    from mtx.documents.sentences import segmenter_missing
+
+    if not is_document(request):
+        return
+    mode = "--split-sentences" if request.split_sentences else f"--markup {request.markup}"
+    if companion is not None:
+        raise MtxError(f"{companion.flag} does not go with {mode}: its lines are of whole input lines, which are "
+                       "translated sentence by sentence.")
+    if request.split_sentences and (missing := segmenter_missing()) is not None:
+        raise MtxError(f"--split-sentences: {missing}.")
+
+
+def read_window(window: Window, request: Request, facts: ModelFacts, first: int) -> list[Document]:
+    """A window's lines taken apart as documents; markup that cannot be read is refused with its line's number."""
+    from mtx.documents.document import UnreadableLine, read_documents
+
+    try:
+        return read_documents(window.lines, request, facts)
+    except UnreadableLine as e:
+        raise MtxError(f"line {first + window.first + e.index + 1:,}: {e}") from None
 
 
 def check_choice(flag: str, value: str, allowed: object) -> None:

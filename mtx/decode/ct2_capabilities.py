@@ -138,12 +138,17 @@ CAPABILITIES: dict[str, Capability] = {
     "shortlist_frequent": Capability("read only with shortlist, which is refused"),
     "engine": Capability("chooses CTranslate2, and this table"),
     "target_lang": Capability("the target tag before each source, put there by ModelFacts.encode for both engines"),
+    "split_sentences": Capability("mtx cuts the lines and joins the translations around the engine "
+                                  "(mtx.documents): CTranslate2 translates the sentences"),
     "alignment": Capability("return_attention=True: the aligning layer's attention, all heads averaged, pooled to "
                             "words by mtx.decode.alignment"),
     "alignment_layer": Capability("the layer the folder is converted with", _alignment_layer),
     "line_offset": Capability("read only by sampling's draws"),
     "format": Capability("jsonl: each token's log-probability from score_batch over the outputs, and the doubts "
                          "from them"),
+    "markup": Capability("mtx takes the markup out and projects it around the engine (mtx.documents), through the "
+                         "alignments of return_attention=True, those of the default aligning layer, as the torch "
+                         "engine's"),
 }
 
 

@@ -58,6 +58,12 @@ class ModelFacts:
                    TargetLanguages.of_checkpoint(first, tokenizer), DoubtThresholds.of_checkpoint(first))
 
     @property
+    def source_language(self) -> str:
+        """The first checkpoint's source language (its recipe's data.src_lang), whose rules cut sentences."""
+        data = (self.metadata[0].get("recipe") or {}).get("data") or {}
+        return data.get("src_lang") or "en"
+
+    @property
     def lexicon_width(self) -> int:
         """The translations per source token the lexical table holds, 0 without one: the most a shortlist takes."""
         return width_of(self.lexicon)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from mtx.decode.facts import ModelFacts
 
 OutputFormat = Literal["text", "jsonl"]
+Markup = Literal["none", "html", "markdown"]  # how a line is marked up (mtx.documents)
 
 # The fields a process decides once, for every request it serves: `mtx serve --engine`, and its answers are
 # always JSON. The server's requests leave them out; `mtx translate` takes them as flags like the others.
@@ -55,6 +56,13 @@ class Request(DecodeConfig):
         "copied, low_log_prob; truncated: its source was cut to the model's positions), with alignment "
         "alignment ([source, target] pairs), with nbest > 1 nbest (a list of such objects).")
 
+    markup: Markup = setting(
+        "none", "The markup of each line: none (plain text); html (an HTML or XML fragment); markdown. The markup "
+        "is taken out, the text translated, and each tag put back around the target words aligned to the words it "
+        "wrapped, every tag exactly once and properly nested, attributes untouched; void tags, comments, code, "
+        "<script>, translate=\"no\" and Markdown code spans and images are kept verbatim. Cuts sentences at block "
+        "edges (<p>, list items). Not with nbest above 1 or alignment.")
+
     @classmethod
     def of(cls, facts: ModelFacts, options: Mapping[str, Any]) -> Request:
         """The model's recipe's options (`facts.defaults`, its tuned α included) with `options`, the ones a user
@@ -76,6 +84,14 @@ class Request(DecodeConfig):
                                      facts.targets.languages)
         if problem is not None:
             return problem
+        if self.split_sentences or self.markup != "none":
+            mode = spell("split_sentences") if self.split_sentences else f"{spell('markup')}{separator}{self.markup}"
+            if self.nbest > 1:
+                return "nbest", (f"{spell('nbest')}{separator}{self.nbest} does not go with {mode}: a line is "
+                                 "translated as one text, sentence by sentence, so it has one translation.")
+            if self.alignment:
+                return "alignment", (f"{spell('alignment')} does not go with {mode}: the word alignments are of "
+                                     "each sentence, not of the line (jsonl gives each sentence's text).")
         try:
             self.aligning_layer(facts.limits.decoder_layers, spell, separator)
         except MtxError as e:

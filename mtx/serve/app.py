@@ -135,8 +135,20 @@ class SentenceTranslation(Hypothesis):
     nbest: list[Hypothesis] | None = Field(None, description="With nbest > 1: the n best, best first.")
 
 
+class DocumentSentence(SentenceTranslation):
+    source: str = Field(description="The sentence as it was translated: cut from the string, its markup out.")
+
+
+class DocumentTranslation(BaseModel):
+    text: str = Field(description="The string translated sentence by sentence, joined back with its whitespace, "
+                                  "its markup put back around the aligned words.")
+    flags: list[str] = Field(description="The flags of any of its sentences.")
+    sentences: list[DocumentSentence] = Field(description="Each sentence, in order, with its translation's fields.")
+
+
 class TranslateResponse(BaseModel):
-    translations: list[SentenceTranslation]
+    translations: list[SentenceTranslation | DocumentTranslation] = Field(
+        description="One per string of text: a sentence's fields; with split_sentences or markup, a document's.")
 
 
 class ErrorResponse(BaseModel):

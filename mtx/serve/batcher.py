@@ -28,10 +28,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mtx.decode.request import Request
 from mtx.decode.translation import Source, Translation
 from mtx.serve.metrics import Metrics
+
+if TYPE_CHECKING:
+    from mtx.documents.document import Document
 
 # An engine's `translate`: a batch's sentences, the request they decode with, each one's index for sampling's
 # draws, to their n-best lists.
@@ -63,6 +67,7 @@ class Job:
     lines: list[int]
     request: Request
     cost: int
+    documents: Sequence[Document] = ()  # the request's strings taken apart, whose sentences these are (mtx.documents)
     future: Future[list[list[Translation]]] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
 

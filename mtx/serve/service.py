@@ -42,6 +42,7 @@ from mtx.decode.engines import open_engine, refusal
 from mtx.decode.request import Request
 from mtx.decode.translation import Source
 from mtx.decode.workers import WorkerDied
+from mtx.documents.document import Document, UnreadableLine, engine_request, is_document, read_documents
 from mtx.errors import MtxError, first_line
 from mtx.serve.batcher import Batcher, Draining, Job, QueueFull
 from mtx.serve.events import log_event
@@ -156,21 +157,39 @@ class TranslationService:
             if getattr(request, name) > limits.max_beam:
                 raise RequestError(400, f"{name} = {getattr(request, name)} is more than this server allows, "
                                    f"{limits.max_beam} (--max-beam).", name)
-        sources, cost = self._sources(text, request)
-        lines = [request.line_offset + i for i in range(len(text))]
-        return Job(sources, lines, dataclasses.replace(request, line_offset=0), cost)  # equal requests share batches
+        documents, sentences, owners = self._documents(text, request)
+        sources, cost = self._sources(sentences, owners, request, bool(documents))
+        lines = [request.line_offset + i for i in owners]
+        searched = engine_request(request) if documents else request
+        # equal requests share batches
+        return Job(sources, lines, dataclasses.replace(searched, line_offset=0), cost, documents)
 
-    def _sources(self, text: list[str], request: Request) -> tuple[list[Source], int]:
+    def _documents(self, text: list[str], request: Request) -> tuple[list[Document], list[str], list[int]]:
+        """The strings taken apart as documents (none where the request reads them as sentences), the sentences to
+        translate, and the index in `text` of each; markup that cannot be read is refused (400)."""
+        if not is_document(request):
+            return [], text, list(range(len(text)))
+        try:
+            documents = read_documents(text, request, self.facts)
+        except UnreadableLine as e:
+            raise RequestError(400, f"text[{e.index}]: {e}", f"text[{e.index}]") from None
+        sentences = [source for document in documents for source in document.sources()]
+        return documents, sentences, [i for i, document in enumerate(documents) for _ in document.sentences]
+
+    def _sources(self, sentences: list[str], owners: list[int], request: Request, split: bool = False
+                 ) -> tuple[list[Source], int]:
         """Each sentence's token ids (None: empty once normalised), as the engine reads them, and their cost,
         counted as the engine's batches count it; a sentence longer than the model's positions is refused (413),
-        where `mtx translate` would truncate it."""
+        where `mtx translate` would truncate it, naming the string of `text` it is (`owners`; `split`: of which it is
+        a sentence)."""
         limits, cost = self.facts.limits, 0
-        sources = self.facts.encode(text, request.target_lang)
-        for index, ids in enumerate(sources):
+        sources = self.facts.encode(sentences, request.target_lang)
+        for ids, index in zip(sources, owners, strict=True):
             if ids is None:
                 continue
             if len(ids) + 1 > limits.max_positions:
-                raise RequestError(413, f"text[{index}] is {len(ids):,} tokens long; the model reads at most "
+                which = "a sentence of " if split else ""
+                raise RequestError(413, f"{which}text[{index}] is {len(ids):,} tokens long; the model reads at most "
                                    f"{limits.max_positions - 1:,} (its positions less EOS): split it.",
                                    f"text[{index}]")
             cost += max(len(ids), limits.output_limit(request, len(ids))) + 1
@@ -185,7 +204,8 @@ class TranslationService:
         - alignment_layer only with alignment, and one of the model's decoder layers;
         - beam at most the model's vocabulary;
         - shortlist at most the translations per source token of the checkpoint's lexical table (0: it has none);
-        - target_lang one of the model's target languages (mtx.decode.target_lang).
+        - target_lang one of the model's target languages (mtx.decode.target_lang);
+        - with split_sentences or markup, nbest 1 and no alignment (a string is translated as one text).
         """
         if self.facts is None:
             return {}
@@ -204,7 +224,10 @@ class TranslationService:
                            ("beam", {"const": 1}, recipe.beam <= widest),
                            ("nbest", {"type": "integer", "maximum": widest}, recipe.nbest <= widest))
         aligning = [_object(("alignment", {"const": True}, False)), _object(("alignment_layer", NULL, True))]
-        return {"allOf": [{"anyOf": [*searches, sampling]}, {"anyOf": aligning},
+        sentences = [_object(("markup", {"const": "none"}, True),
+                             ("split_sentences", {"const": False}, not recipe.split_sentences)),
+                     _object(("nbest", {"const": 1}, recipe.nbest == 1), ("alignment", {"const": False}, True))]
+        return {"allOf": [{"anyOf": [*searches, sampling]}, {"anyOf": aligning}, {"anyOf": sentences},
                           {"properties": {"alignment_layer": {"maximum": facts.limits.decoder_layers - 1},
                                           "beam": {"maximum": facts.limits.vocab_size},
                                           "shortlist": {"maximum": facts.lexicon_width},
@@ -214,6 +237,7 @@ class TranslationService:
         """The translations of a request's sentences, each as `mtx translate --format jsonl` writes a line;
         `arrived`: when the request did (time.monotonic()), from which its timeout counts."""
         from mtx.decode.output import json_object
+        from mtx.documents.document import document_object, join_documents
 
         job = self.job(text, options)
         if self.batcher is None:
@@ -238,6 +262,8 @@ class TranslationService:
             raise RequestError(503, str(e), retry_after=1) from None
         except MtxError as e:
             raise RequestError(400, str(e)) from None
+        if job.documents:
+            return [document_object(d, self.facts.tokenizer) for d in join_documents(job.documents, nbests)]
         nbest, aligned = job.request.nbest > 1, job.request.alignment
         return [json_object(each, self.facts.tokenizer, nbest, aligned, with_doubts=True) for each in nbests]
 

@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
     {"mtx.model"},
     {"mtx.checkpoint"},
     {"mtx.decode"},
+    {"mtx.documents"},
     {"mtx.train"},
     {"mtx.analysis", "mtx.export", "mtx.importing", "mtx.report", "mtx.serve"},
     {"mtx.cli", "mtx.__main__"},
