@@ -2,8 +2,10 @@
 
     .venv/bin/python bench/documents.py paragraphs -m runs/quality/en-de/defaults-seed1/checkpoints/last.pt \
         --lenpen 2.2 --data runs/real_corpus/en-de
+    .venv/bin/python bench/documents.py tag --data runs/real_corpus/en-de \
+        --tagged bench/results/documents-tagged-en-de.jsonl
     .venv/bin/python bench/documents.py markup -m runs/quality/en-de/defaults-seed1/checkpoints/last.pt \
-        --lenpen 2.2 --data runs/real_corpus/en-de
+        --lenpen 2.2 --data runs/real_corpus/en-de --tagged bench/results/documents-tagged-en-de.jsonl
 
 `paragraphs` translates three sets whole (one string to the model, as `mtx translate` does without
 --split-sentences) and cut into sentences (`--split-sentences`, by sentencex and, for comparison, by pysbd), and
@@ -13,14 +15,16 @@ references joined alike). It also counts, on the joined paragraphs, how many of 
 (the joins are sentence ends by construction) and how many cuts it makes inside a line. Every distinct string is
 translated once, and each way is assembled from those translations (mtx.documents.document.write_document).
 
-`markup` tags 500 test sentences (an HTML element around a span of 1 to 3 source words whose reference words an
+`tag` tags 500 test sentences: an HTML element around a span of 1 to 3 source words whose reference words an
 eflomal alignment of the test set, trained with the corpus' training pairs, finds as a consistent phrase; a
-second element and a `<br/>` in some), translates them with --markup html (and the same spans as Markdown), and
-reports: outputs well-formed with every tag exactly once (must be all), the BLEU of the outputs with their tags
-stripped against that of the untagged sentences, and the tag placement: on the reference itself (the model's
-alignment of the reference, forced as a target prefix) the exact match, precision and recall of the tagged words
-against the eflomal span; on the free translations, the bag-of-words precision and recall of the tagged words
-against the reference span's words. One JSON line per measure on stdout.
+second element in one sentence of four and an image in one of five. eflomal samples with no seed to set, so the
+tagged sentences are kept in bench/results, and `markup` reads them: it translates them with --markup html (and
+the same spans as Markdown), and reports: outputs well-formed with every tag exactly once (must be all), the
+BLEU of the outputs with their tags stripped against that of the untagged sentences, and the tag placement: on
+the reference itself (the model's alignment of the reference, forced as a target prefix) the exact match,
+precision and recall of the tagged words against the eflomal span; on the free translations, the bag-of-words
+precision and recall of the tagged words against the reference span's words. One JSON line per measure on
+stdout.
 """
 
 from __future__ import annotations
@@ -48,32 +52,45 @@ LONG = 25  # words: issue 36's long sources, which ran to 0.57 of the reference 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["paragraphs", "markup"])
-    parser.add_argument("-m", "--model", type=Path, required=True)
+    parser.add_argument("what", choices=["paragraphs", "tag", "markup"])
+    parser.add_argument("-m", "--model", type=Path, help="the checkpoint (paragraphs, markup)")
     parser.add_argument("--data", type=Path, required=True, help="the corpus folder: test.SRC, test.TGT, train.*")
+    parser.add_argument("--src", default="en", help="tag: the source language")
+    parser.add_argument("--tagged", type=Path, help="tag: where to write the tagged sentences; markup: them")
     parser.add_argument("--lenpen", type=float, help="α [default: the checkpoint's]")
     parser.add_argument("--engine", default="torch", choices=["torch", "ct2"])
-    parser.add_argument("--sentences", type=int, default=500, help="markup: tagged sentences")
+    parser.add_argument("--sentences", type=int, default=500, help="tag: how many")
     args = parser.parse_args()
+    if args.what == "tag":
+        tgt = target_language(args.data, args.src)
+        sources, refs = (read_lines(args.data / f"test.{lang}") for lang in (args.src, tgt))
+        tagged = tag_sentences(sources, refs, eflomal_links(args.data, args.src, tgt, sources, refs), args.sentences)
+        args.tagged.write_text("".join(json.dumps(dataclasses.asdict(t), ensure_ascii=False) + "\n"
+                                       for t in tagged), encoding="utf-8")
+        return
     facts = ModelFacts.read([args.model])
     options = {"engine": args.engine, **({} if args.lenpen is None else {"lenpen": args.lenpen})}
     request = Request.of(facts, options)
     engine = open_engine(args.engine, [args.model], device="cpu", dtype="fp32", threads=2, batch_tokens=4096,
                          log=lambda _: None)
     src, tgt = facts.source_language, target_language(args.data, facts.source_language)
-    sources = (args.data / f"test.{src}").read_text(encoding="utf-8").splitlines()
-    refs = (args.data / f"test.{tgt}").read_text(encoding="utf-8").splitlines()
+    sources, refs = (read_lines(args.data / f"test.{lang}") for lang in (src, tgt))
     common = {"model": str(args.model), "pair": f"{src}-{tgt}", "engine": args.engine, "lenpen": request.lenpen,
               "cpu": cpu_instructions()}
     try:
         if args.what == "paragraphs":
             measure = paragraphs(engine, facts, request, sources, refs, src)
         else:
-            measure = markup(engine, facts, request, sources, refs, args.data, src, tgt, args.sentences)
+            tagged = [Tagged(**json.loads(line)) for line in read_lines(args.tagged)]
+            measure = markup(engine, facts, request, refs, tagged)
         for record in measure:
             print(json.dumps({"name": f"documents.{args.what}", **common, **record}), flush=True)
     finally:
         engine.close()
+
+
+def read_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
 
 
 def target_language(data: Path, source: str) -> str:
@@ -156,15 +173,13 @@ TAGS = ['<b>', '<a href="https://example.org/?a=1&amp;b=2" title="x > y">', '<em
 VOID = '<img src="icon.png" alt="">'
 
 
-def markup(engine: Engine, facts: ModelFacts, request: Request, sources: list[str], refs: list[str], data: Path,
-           src: str, tgt: str, count: int) -> list[dict]:
+def markup(engine: Engine, facts: ModelFacts, request: Request, refs: list[str], tagged: list[Tagged]
+           ) -> list[dict]:
     """The records of `markup` (see the module's docstring)."""
     from mtx.documents.document import engine_request, read_documents, translate_documents
     from mtx.documents.html import is_well_formed, read_html, start_tags
-    from mtx.documents.markdown import same_structure
+    from mtx.documents.markdown import same_structure, structure
 
-    links = eflomal_links(data, src, tgt, sources, refs)
-    tagged = tag_sentences(sources, refs, links, count)
     records = []
     html_request = dataclasses.replace(request, markup="html")
     lines = [t.html for t in tagged]
@@ -187,42 +202,52 @@ def markup(engine: Engine, facts: ModelFacts, request: Request, sources: list[st
     md_lines = [t.markdown for t in tagged]
     md_outputs = [d.text for d in translate_documents(engine, facts, read_documents(md_lines, md_request, facts),
                                                       md_request, range(len(md_lines)))]
+    pairs = list(zip(md_lines, md_outputs, strict=True))
     records.append({"set": "markdown", "sentences": len(md_lines),
-                    "same_structure": sum(same_structure(line, out) for line, out in zip(md_lines, md_outputs,
-                                                                                         strict=True))})
+                    "every_markup_once": sum(sorted(structure(line)) == sorted(structure(out)) for line, out in pairs),
+                    "in_source_order": sum(same_structure(line, out) for line, out in pairs)})
     forced = dataclasses.replace(engine_request(html_request), beam=1)
     records.append({"set": "html, projected onto the reference", **placement_on_references(
         engine, facts, forced, tagged, refs)})
     return records
 
 
+@dataclasses.dataclass(frozen=True)
 class Tagged:
-    """A test sentence with elements around spans of its words: as HTML and Markdown, without markup, and each
-    element's opening tag with its gold span of reference words (from the eflomal alignment)."""
+    """A test sentence (`line`: its index) with elements around spans of its words: as HTML and Markdown, and
+    without markup; `gold`: each element's opening tag and the reference words [first, end) of its span (from the
+    eflomal alignment)."""
 
-    def __init__(self, line: int, words: list[str], spans: list[tuple[int, int]], gold: list[tuple[int, int]],
-                 void_after: int | None) -> None:
-        import html
+    line: int
+    html: str
+    markdown: str
+    plain: str
+    gold: list[tuple[str, tuple[int, int]]]
 
-        self.line, self.gold, self.plain = line, [], " ".join(words)
-        opens = {start: k for k, (start, _) in enumerate(spans)}
-        closes = {end: k for k, (_, end) in enumerate(spans)}
-        html_words, md_words = [], []
-        for i, word in enumerate(words):
-            escaped = html.escape(word, quote=False)
-            md = markdown_escape(word)
-            if i in opens:
-                escaped, md = TAGS[opens[i]] + escaped, ("**" if opens[i] % 2 == 0 else "[") + md
-            if i + 1 in closes:
-                k = closes[i + 1]
-                escaped += f"</{TAGS[k][1:].split()[0].rstrip('>')}>"
-                md += "**" if k % 2 == 0 else "](https://example.org/a_(b) \"t\")"
-            if void_after == i:
-                escaped, md = escaped + " " + VOID, md + " ![icon](i.png)"
-            html_words.append(escaped)
-            md_words.append(md)
-        self.html, self.markdown = " ".join(html_words), " ".join(md_words)
-        self.gold = [(TAGS[k], span) for k, span in enumerate(gold)]
+
+def tagged_sentence(line: int, words: list[str], spans: list[tuple[int, int]], gold: list[tuple[int, int]],
+                    void_after: int | None) -> Tagged:
+    """The sentence's words with `spans` (in source order) wrapped: the k-th in TAGS[k] as HTML, in `**` (even k)
+    or a link (odd k) as Markdown; an image after word `void_after`."""
+    import html
+
+    opens = {start: k for k, (start, _) in enumerate(spans)}
+    closes = {end: k for k, (_, end) in enumerate(spans)}
+    html_words, md_words = [], []
+    for i, word in enumerate(words):
+        escaped, md = html.escape(word, quote=False), markdown_escape(word)
+        if i in opens:
+            escaped, md = TAGS[opens[i]] + escaped, ("**" if opens[i] % 2 == 0 else "[") + md
+        if i + 1 in closes:
+            k = closes[i + 1]
+            escaped += f"</{TAGS[k][1:].split()[0].rstrip('>')}>"
+            md += "**" if k % 2 == 0 else '](https://example.org/a_(b) "t")'
+        if void_after == i:
+            escaped, md = escaped + " " + VOID, md + " ![icon](i.png)"
+        html_words.append(escaped)
+        md_words.append(md)
+    return Tagged(line, " ".join(html_words), " ".join(md_words), " ".join(words),
+                  [(TAGS[k], span) for k, span in enumerate(gold)])
 
 
 def markdown_escape(word: str) -> str:
@@ -294,8 +319,8 @@ def tag_sentences(sources: list[str], refs: list[str], links: list[set[tuple[int
         if not spans:
             continue
         order_of = sorted(range(len(spans)), key=lambda k: spans[k][0])  # elements numbered in source order
-        tagged.append(Tagged(line, words, [spans[k] for k in order_of], [gold[k] for k in order_of],
-                             rng.randrange(len(words)) if len(tagged) % 5 == 0 else None))
+        tagged.append(tagged_sentence(line, words, [spans[k] for k in order_of], [gold[k] for k in order_of],
+                                      rng.randrange(len(words)) if len(tagged) % 5 == 0 else None))
         if len(tagged) == count:
             break
     return tagged

@@ -10,15 +10,17 @@ Putting it back (`project`) follows what Bergamot's HTML mode does for Marian (K
 target word takes the elements of the source word it is aligned to. Here the projection is made well-formed by
 construction rather than by repair:
 
-- an element's target span is the hull of the target words aligned to its source words, so each element is
-  written once, as one contiguous span: never split, never duplicated;
+- an element's target span is one contiguous run of target words, so each element is written once: never split,
+  never duplicated. The run is the one where the words aligned to its source words most outnumber those aligned
+  elsewhere (`_run`), which leaves out a stray link that the hull of every link would stretch the span to;
 - elements are placed top down, each span clipped to its parent's, and a sibling that overlaps an earlier one
   (by target position) starts after it, so spans nest;
 - an element none of whose words has an aligned target word (or whose words all went to earlier siblings), and
   every point, is placed at a gap: after the target words aligned to the source word before it (at the start if
   there is none), inside its parent and outside its siblings' spans. An element that wrapped words there takes
-  the free target word beside its gap, if there is one (empty markup shows nothing, and Markdown has no empty
-  emphasis); otherwise it stays empty. Nothing is dropped; the order of such elements is the source's.
+  the nearest free target word (at most two words from its gap), or the edge word of a sibling's span of
+  several beside it: empty markup shows nothing, and Markdown has no empty emphasis. Otherwise it stays empty.
+  Nothing is dropped; the order of such elements is the source's.
 
 The output has the source's elements, each exactly once, with their markup as written, properly nested.
 """
@@ -28,11 +30,15 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from mtx.errors import MtxError
 
 MAX_DEPTH = 256  # elements open inside each other: deeper markup is refused, not projected
 MAX_ELEMENTS = 10_000  # elements in one fragment
+# What a target word aligned outside an element costs a run of its words, against 1 for each aligned inside: the
+# value of bench/documents.py's projections onto references (bench/README.md, "Documents").
+OUTSIDE = 0.5
 
 
 @dataclass(frozen=True)
@@ -114,39 +120,48 @@ def project(marked: Marked, source_words: Sequence[Span], target: Target) -> str
     """The translation with the source's markup put back around the aligned words (see the module's docstring):
     each element of `marked` exactly once, properly nested, its markup as the source wrote it; the words written
     through `marked.escape`. `source_words`: the characters of each source word, in order."""
-    firsts, lasts = _aligned_extremes(len(source_words), target.links)
-    placed = _place(marked, source_words, firsts, lasts, len(target.words))
+    placed = _place(marked, source_words, _Links.of(len(source_words), target.links), len(target.words))
     return _write(marked, placed, target)
 
 
-def _aligned_extremes(count: int, links: Sequence[int | None]) -> tuple[list[int | None], list[int | None]]:
-    """For each source word, the first and the last target word aligned to it (None: no target word is)."""
-    firsts: list[int | None] = [None] * count
-    lasts: list[int | None] = [None] * count
-    for t, s in enumerate(links):
-        if s is not None and 0 <= s < count:
-            firsts[s] = t if firsts[s] is None else firsts[s]
-            lasts[s] = t
-    return firsts, lasts
+@dataclass(frozen=True)
+class _Links:
+    """The alignment as placing reads it: the target words aligned to each source word, in order; for each source
+    word, the last target word aligned to it or to a word before it; and how many target words before each
+    position are aligned at all."""
+
+    targets: list[list[int]]
+    reach: list[int | None]
+    aligned_before: list[int]
+
+    @classmethod
+    def of(cls, count: int, links: Sequence[int | None]) -> _Links:
+        targets: list[list[int]] = [[] for _ in range(count)]
+        aligned_before = [0]
+        for t, s in enumerate(links):
+            aligned = s is not None and 0 <= s < count
+            if aligned:
+                targets[s].append(t)
+            aligned_before.append(aligned_before[-1] + aligned)
+        reach: list[int | None] = []
+        for mine in targets:
+            reach.append(mine[-1] if mine else (reach[-1] if reach else None))
+        return cls(targets, reach, aligned_before)
 
 
-def _place(marked: Marked, words: Sequence[Span], firsts: list[int | None], lasts: list[int | None],
-           length: int) -> list[_Placed]:
+def _place(marked: Marked, words: Sequence[Span], links: _Links, length: int) -> list[_Placed]:
     """Each element's place: its hull of aligned target words, clipped to its parent's and past its earlier
     siblings'; or a gap, for an element left with no words (a point among them)."""
     placed = [_Placed() for _ in marked.elements]
     starts = [start for start, _ in words]
     ends = [end for _, end in words]
-    reach: list[int | None] = []  # for each source word, the last target word aligned to it or to a word before it
-    for last in lasts:
-        reach.append(last if last is not None else (reach[-1] if reach else None))
     root = _Placed(0, length - 1) if length else _Placed(gap=0)
     for parent, kids in _children(marked.elements).items():
         outer = root if parent is None else placed[parent]
         spans: list[int] = []
         for i in kids:
             element = marked.elements[i]
-            hull = None if element.point or outer.gap is not None else _hull(element, starts, ends, firsts, lasts)
+            hull = None if element.point or outer.gap is not None else _run(element, starts, ends, links)
             if hull is not None and max(hull[0], outer.first) <= min(hull[1], outer.last):
                 placed[i] = _Placed(max(hull[0], outer.first), min(hull[1], outer.last))
                 spans.append(i)
@@ -163,7 +178,7 @@ def _place(marked: Marked, words: Sequence[Span], firsts: list[int | None], last
                 continue
             element = marked.elements[i]
             before = bisect.bisect_right(ends, element.start) - 1
-            gap = _gap(reach[before] if before >= 0 else None, outer, nested)
+            gap = _gap(links.reach[before] if before >= 0 else None, outer, nested)
             word = None if element.point or not marked.text[element.start:element.end].strip() else _free_word(
                 gap, outer, nested)
             placed[i] = _Placed(gap=gap) if word is None else _Placed(word, word)
@@ -174,13 +189,20 @@ def _place(marked: Marked, words: Sequence[Span], firsts: list[int | None], last
 
 def _free_word(gap: int, outer: _Placed, spans: list[_Placed]) -> int | None:
     """For an element that wrapped words but was left with none (none aligned, or all taken by earlier siblings):
-    the target word after its gap, else the one before, if its parent holds it and no sibling does. Markup that
-    wraps nothing shows nothing (and Markdown cannot write empty emphasis), so one word is the better guess."""
-    for word in (gap, gap - 1):
-        if outer.first <= word <= outer.last:
-            inside = bisect.bisect_right([span.first for span in spans], word) - 1
-            if inside < 0 or spans[inside].last < word:
-                return word
+    the nearest target word to its gap (after it, before it, then one further each way) that its parent holds and
+    no sibling does; failing that, the word after or before the gap at the edge of a sibling's span of several,
+    which gives it up. Markup that wraps nothing shows nothing (and Markdown cannot write empty emphasis), so one
+    word is the better guess."""
+    candidates = [word for word in (gap, gap - 1, gap + 1, gap - 2) if outer.first <= word <= outer.last]
+    holders = [bisect.bisect_right([span.first for span in spans], word) - 1 for word in candidates]
+    for word, holder in zip(candidates, holders, strict=True):
+        if holder < 0 or spans[holder].last < word:
+            return word
+    for word, holder in zip(candidates[:2], holders, strict=False):
+        span = spans[holder]
+        if span.first < span.last and word in (span.first, span.last):
+            span.first, span.last = (word + 1, span.last) if word == span.first else (span.first, word - 1)
+            return word
     return None
 
 
@@ -192,14 +214,27 @@ def _children(elements: Sequence[Element]) -> dict[int | None, list[int]]:
     return children
 
 
-def _hull(element: Element, starts: list[int], ends: list[int], firsts: list[int | None], lasts: list[int | None]
-          ) -> tuple[int, int] | None:
-    """The first and last target words aligned to any source word the element touches (None: none is)."""
+def _run(element: Element, starts: list[int], ends: list[int], links: _Links) -> tuple[int, int] | None:
+    """The element's target words: of the runs of target words from one aligned to its source words to another,
+    the one where those words outnumber most the words aligned elsewhere, these counting `OUTSIDE` each (Kadane's
+    maximum-sum run, over the aligned positions only); None where no target word is aligned to the words it
+    touches. A stray link far from the rest is left out, where the hull of every link would take all between."""
     low = bisect.bisect_right(ends, element.start)  # the first word ending after the element starts
     high = bisect.bisect_left(starts, element.end)  # past the last word starting before it ends
-    first = [t for t in firsts[low:high] if t is not None]
-    last = [t for t in lasts[low:high] if t is not None]
-    return (min(first), max(last)) if first else None
+    inside = sorted(t for targets in links.targets[low:high] for t in targets)
+    if not inside:
+        return None
+    before = links.aligned_before
+    best, run = None, (inside[0], inside[0])
+    opened, opened_at = None, 0  # the best start so far: its value, its index in `inside`
+    for j, t in enumerate(inside):
+        value = OUTSIDE * before[t] - (1 + OUTSIDE) * j  # the run's value is end's term + start's
+        if opened is None or value > opened:
+            opened, opened_at = value, j
+        total = (1 + OUTSIDE) * (j + 1) - OUTSIDE * before[t + 1] + opened
+        if best is None or total > best:
+            best, run = total, (inside[opened_at], t)
+    return run
 
 
 def _gap(reached: int | None, outer: _Placed, spans: list[_Placed]) -> int:
@@ -215,6 +250,16 @@ def _gap(reached: int | None, outer: _Placed, spans: list[_Placed]) -> int:
     return gap
 
 
+class _Markup(NamedTuple):
+    """Markup waiting for the next word: its text, whether it goes before the gap's separator (as the source had
+    it: no whitespace before it there), the space it wants after it, and whether it closes an element."""
+
+    text: str
+    first: bool
+    after: str = ""
+    close: bool = False
+
+
 def _write(marked: Marked, placed: list[_Placed], target: Target) -> str:
     """The words, separators and markup in order: each element's open before its first word and close after its
     last, a gap's elements between two words, and each gap's separator where the source had its whitespace."""
@@ -222,15 +267,22 @@ def _write(marked: Marked, placed: list[_Placed], target: Target) -> str:
     for kids in children.values():
         kids.sort(key=lambda i: (placed[i].first if placed[i].gap is None else placed[i].gap, i))
     out: list[str] = []
-    # Markup since the last word: (text, whether it goes before the gap's separator, what follows it after it).
-    pending: list[tuple[str, bool, str]] = []
+    pending: list[_Markup] = []  # the markup since the last word
 
     def flush(gap: int) -> None:
-        before = next((k for k, (_, first, _) in enumerate(pending) if not first), len(pending))
-        out.extend(text for text, _, _ in pending[:before])
+        """The markup of a gap: what goes before the separator, the separator, the rest. A point's space after
+        it waits past the closes that follow it: whitespace just inside a close would unmake Markdown's."""
+        before = next((k for k, markup in enumerate(pending) if not markup.first), len(pending))
+        out.extend(markup.text for markup in pending[:before])
         out.append(target.separators[gap])
-        for text, _, after in pending[before:]:
-            out.extend((text, after if gap < len(target.words) else ""))
+        owed = ""
+        for markup in pending[before:]:
+            if not markup.close:
+                out.append(owed)
+                owed = ""
+            out.append(markup.text)
+            owed = owed or markup.after
+        out.append(owed if gap < len(target.words) else "")
         pending.clear()
 
     def word(t: int) -> None:
@@ -246,16 +298,17 @@ def _write(marked: Marked, placed: list[_Placed], target: Target) -> str:
                 t += 1
             if element.point:  # a point between spaces in the source keeps a space after it too
                 spaced = _space_before(marked.text, element.start) and _space_at(marked.text, element.start)
-                pending.append((element.open, not _space_before(marked.text, element.start), " " if spaced else ""))
+                pending.append(_Markup(element.open, not _space_before(marked.text, element.start),
+                                       " " if spaced else ""))
                 continue
-            pending.append((element.open, _space_at(marked.text, element.start), ""))
+            pending.append(_Markup(element.open, _space_at(marked.text, element.start)))
             if where.gap is None:
                 emit(children.get(i, []), where.first, where.last)
                 t = where.last + 1
             else:
                 emit(children.get(i, []), where.gap, where.gap - 1)
-            pending.append((element.close, not (element.end > element.start
-                                                and _space_at(marked.text, element.end - 1)), ""))
+            pending.append(_Markup(element.close, not (element.end > element.start
+                                                       and _space_at(marked.text, element.end - 1)), close=True))
         while t <= last:
             word(t)
             t += 1

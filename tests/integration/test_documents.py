@@ -102,6 +102,8 @@ def test_the_server_takes_documents_per_request(copy_model: dict, tmp_path: Path
         (document,) = answer["translations"]
         first, second = (s["text"] for s in document["sentences"])
         assert document["text"] == f"<i>{first}</i>\n\n{second}"
+        status, _, answer = server.translate({"text": ["<b></b>", ""], "markup": "html"})  # no sentence at all
+        assert status == 200 and [d["text"] for d in answer["translations"]] == ["<b></b>", ""], answer
         status, _, answer = server.translate({"text": [a], "markup": "markdown", "nbest": 2})
         assert status == 400 and answer["field"] == "nbest"
         status, _, answer = server.translate({"text": [a, "<b>" * 300 + a], "markup": "html"})

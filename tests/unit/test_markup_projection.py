@@ -129,3 +129,21 @@ def test_markup_nested_too_deep_is_refused() -> None:
     elements = tuple(Element(0, 1, "<b>", "</b>", None if i == 0 else i - 1) for i in range(MAX_DEPTH + 1))
     with pytest.raises(MtxError, match="deep"):
         check_elements(elements, 1)
+
+
+def test_a_stray_link_far_from_the_rest_is_left_out_of_the_span() -> None:
+    text = "a b c d"
+    marked = Marked(text, (Element(0, 1, "<b>", "</b>"),), plain)
+    spans = [(0, 1), (2, 3), (4, 5), (6, 7)]
+    target = Target(["A", "B", "C", "D", "a2"], ["", " ", " ", " ", " ", ""], [0, 1, 2, 3, 0])
+    assert project(marked, spans, target) == "<b>A</b> B C D a2"  # the hull would take all five
+    near = Target(["A", "B", "a2"], ["", " ", " ", ""], [0, 1, 0])
+    assert project(marked, spans, near) == "<b>A B a2</b>"  # two of three aligned inside: worth the one between
+
+
+def test_a_point_at_the_end_of_a_span_keeps_its_space_outside_the_close() -> None:
+    text = "Insert  the name of x"  # **Insert ![icon](i.png) the name** of x
+    marked = Marked(text, (Element(0, 16, "**", "**"), Element(7, 7, "![icon](i.png)", "", 0, True)), plain)
+    spans = [(0, 6), (8, 11), (12, 16), (17, 19), (20, 21)]
+    target = Target(["A", "B", "C", "D"], ["", " ", " ", " ", ""], [1, 2, 0, 3])
+    assert project(marked, spans, target) == "**A B C ![icon](i.png)** D"  # not "… ![icon](i.png) **D"
