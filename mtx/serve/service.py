@@ -43,6 +43,7 @@ from mtx.decode.request import Request
 from mtx.decode.translation import Source
 from mtx.decode.workers import WorkerDied
 from mtx.documents.document import Document, UnreadableLine, engine_request, is_document, read_documents
+from mtx.documents.sentences import segmenter_missing
 from mtx.errors import MtxError, first_line
 from mtx.serve.batcher import Batcher, Draining, Job, QueueFull
 from mtx.serve.events import log_event
@@ -169,6 +170,8 @@ class TranslationService:
         translate, and the index in `text` of each; markup that cannot be read is refused (400)."""
         if not is_document(request):
             return [], text, list(range(len(text)))
+        if request.split_sentences and (missing := segmenter_missing()) is not None:
+            raise RequestError(400, f"split_sentences: {missing} on the server.", "split_sentences")
         try:
             documents = read_documents(text, request, self.facts)
         except UnreadableLine as e:
