@@ -110,3 +110,24 @@ def test_the_server_takes_documents_per_request(copy_model: dict, tmp_path: Path
         assert status == 400 and answer["field"] == "text[1]"
     finally:
         server.stop()
+
+
+def test_a_server_without_the_segmenter_names_the_field_and_the_extra(copy_model: dict,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("fastapi", reason="mtx serve needs the extra mtx[serve]")
+    import sys
+
+    from mtx.serve.service import Limits, RequestError, TranslationService
+
+    service = TranslationService([copy_model["checkpoint"]], engine="torch", device="cpu", dtype="auto", threads=1,
+                                 batch_tokens=4096, max_wait=0.005, max_queue=64, limits=Limits(8, 1000, 4, 30.0))
+    service.load()
+    try:
+        monkeypatch.setitem(sys.modules, "sentencex", None)  # what a server without mtx[documents] imports
+        with pytest.raises(RequestError) as refused:
+            service.job(["One. Two."], {"split_sentences": True})
+        assert (refused.value.status, refused.value.field) == (400, "split_sentences")
+        assert "mtx[documents]" in str(refused.value)
+        assert service.job(["<b>One.</b>"], {"markup": "html"}).documents  # markup alone needs no segmenter
+    finally:
+        service.drain()
