@@ -290,11 +290,14 @@ def test_pages_render_in_a_browser_with_no_request_leaving_the_machine(served: s
 
 @needs_site
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian's chromium)")
-def test_the_search_box_finds_a_recipe_key_offline(served: str, tmp_path: Path) -> None:
-    """Typed into the search box of the front page, update_tokens leads to its row of the recipe reference."""
+@pytest.mark.parametrize("opened", ["served", "from disk"])
+def test_the_search_box_finds_a_recipe_key_offline(served: str, site: Path, opened: str, tmp_path: Path) -> None:
+    """Typed into the search box of the front page, update_tokens leads to its row of the recipe reference: on a
+    static server, and opened from disk (file://), where the search worker runs through the site's own copy of
+    iframe-worker's shim (no network: the host resolver maps every name to nothing)."""
     browser = Browser(tmp_path, *OFFLINE)
     try:
-        browser.open(f"{served}/index.html")
+        browser.open(f"{served}/index.html" if opened == "served" else (site / "index.html").as_uri())
         assert browser.wait_for("document.querySelector('[data-md-component=search-query]') !== null")
         browser.evaluate("""(() => { const box = document.querySelector('[data-md-component=search-query]');
                                     box.focus(); box.value = 'update_tokens';
