@@ -11,7 +11,9 @@ A page may also hold `<!-- mtx: demo-commands -->`, replaced by the commands `ma
 spells them (the one place they are kept; tests/integration/test_docs.py runs them), and `<!-- mtx: model-presets -->`,
 replaced by the table of the model presets (mtx.config.model.PRESETS), and `<!-- mtx: ct2-capabilities -->`,
 replaced by what CTranslate2 does with each request field or why the `ct2` engine refuses it
-(mtx.decode.ct2_capabilities.CAPABILITIES). The generators are plain functions of the code, so the tests call
+(mtx.decode.ct2_capabilities.CAPABILITIES), and `<!-- mtx: extras -->`, replaced by the optional extras of
+pyproject.toml, each with the comment above it (why it exists) and what it installs. The footer of every page
+names mtx's version (mtx.__version__). The generators are plain functions of the code, so the tests call
 them directly.
 """
 
@@ -34,14 +36,16 @@ DIAGRAMS = ROOT / "docs" / "diagrams"
 DEMO_COMMANDS = "<!-- mtx: demo-commands -->"
 MODEL_PRESETS = "<!-- mtx: model-presets -->"
 CT2_CAPABILITIES = "<!-- mtx: ct2-capabilities -->"
+EXTRAS = "<!-- mtx: extras -->"
 
 
 # ----------------------------------------------------------------------------------------------- the command line
 
 
 def cli_reference() -> str:
-    """One section per command, in the order `mtx --help` lists them: its usage, its help and a table of its
-    arguments and options as `mtx COMMAND --help` words them (defaults and ranges included)."""
+    """One section per command, in the order `mtx --help` lists them: its usage, its help, then each argument and
+    option as `mtx COMMAND --help` words it (defaults and ranges included), each its own entry with an anchor
+    (`cli.md#mtx-translate--beam`), so that the site's search finds an option as a section of its own."""
     import typer.main
 
     from mtx.cli import app
@@ -49,45 +53,58 @@ def cli_reference() -> str:
     group = typer.main.get_command(app)
     root = group.make_context("mtx", [], resilient_parsing=True)
     parts = ["# Command line\n",
-             "Every command of `mtx`, generated from the command line itself: what `mtx COMMAND --help` prints, "
-             "laid out as tables. Global options come before the command: `mtx --debug translate ...` shows "
-             "tracebacks instead of one-paragraph errors.\n",
-             _options_table([p.get_help_record(root) for p in group.get_params(root)]),
-             "\n| command | what it does |\n|---|---|"]
+             "Every command of `mtx`, generated from the command line itself: what `mtx COMMAND --help` prints. "
+             "Global options come before the command: `mtx --debug translate ...` shows tracebacks instead of "
+             "one-paragraph errors.\n", "## Global options {#global-options}\n",
+             _entries("mtx", group.get_params(root), root),
+             "## Commands {#commands}\n", "| command | what it does |\n|---|---|"]
     commands = list(group.commands.items())
     parts += [f"| [`mtx {name}`](#mtx-{name}) | {_cell(command.get_short_help_str(limit=120))} |"
               for name, command in commands]
     for name, command in commands:
         ctx = command.make_context(name, [], parent=root, resilient_parsing=True)
-        records = [r for p in command.get_params(ctx) if (r := p.get_help_record(ctx)) is not None]
         usage = " ".join(["mtx", name, *command.collect_usage_pieces(ctx)])
         parts += [f"\n## mtx {name} {{#mtx-{name}}}\n", f"```text\n{usage}\n```\n", _paragraphs(command.help or ""),
-                  _options_table(records)]
+                  _entries(f"mtx-{name}", command.get_params(ctx), ctx)]
     return "\n".join(parts) + "\n"
 
 
-def _options_table(records: list[tuple[str, str] | None]) -> str:
-    rows = [f"<tr><td><code>{html.escape(opts)}</code></td><td>{html.escape(help_)}</td></tr>"
-            for record in records if record is not None for opts, help_ in [record]]
-    return ("<table><thead><tr><th>option</th><th>what it does</th></tr></thead><tbody>\n"
-            + "\n".join(rows) + "\n</tbody></table>\n")
+def _entries(prefix: str, params: list[Any], ctx: Any) -> str:
+    """Each parameter with help as a level-4 heading (its options and metavar) and its help as a paragraph; the
+    anchor is the command's and the parameter's longest option (`mtx-translate--beam`, `mtx-config-recipe`)."""
+    parts = []
+    for param in params:
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        opts, help_ = record
+        name = max(param.opts, key=len) if param.opts else param.name
+        parts.append(f"#### `{opts}` {{#{prefix}{'' if name.startswith('-') else '-'}{name}}}\n\n{_paragraphs(help_)}")
+    return "\n".join(parts) + "\n"
 
 
 def _paragraphs(text: str) -> str:
-    """A docstring's paragraphs as HTML, escaped: help text is not Markdown (it holds `*`, `<TAB>`, `|`)."""
+    """A docstring's paragraphs as HTML: help text is not Markdown (it holds `*`, `<TAB>`, `|`), but its code spans
+    are shown as code."""
     blocks = [" ".join(line.strip() for line in block.splitlines()) for block in inspect.cleandoc(text).split("\n\n")]
-    return "\n".join(f"<p>{html.escape(block)}</p>" for block in blocks if block) + "\n"
+    return "\n".join(f"<p>{_inline(block)}</p>" for block in blocks if block) + "\n"
+
+
+def _inline(text: str) -> str:
+    """Plain text as HTML, escaped, its `code spans` as <code> (inside HTML, Markdown would leave the backticks)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
 def _cell(text: str) -> str:
-    return html.escape(text).replace("|", "&#124;")
+    return _inline(text).replace("|", "&#124;")
 
 
 # ----------------------------------------------------------------------------------------------- the recipe keys
 
 
 def recipe_reference() -> str:
-    """Every recipe key, one table per section, each row with the key's own anchor (`recipe.md#train.max_tokens`)."""
+    """Every recipe key, one section per recipe section, each key a level-4 heading with its own anchor
+    (`recipe.md#train.max_tokens`), so that the site's search finds a key as a section of its own."""
 
     parts = ["# Recipe keys\n",
              "Every key a recipe may hold, generated from the recipe's dataclasses (`mtx/config/`): the same list "
@@ -103,10 +120,8 @@ def recipe_reference() -> str:
             sections[parent.removesuffix(LIST_ITEM)][1].append(key)  # data.sources[i].tag is data.sources's
     for name, (help_, keys) in sections.items():
         level = "##" if "." not in name else "###"
-        parts.append(f"{level} {name or 'The run'} {{#{_anchor(name) or 'run'}}}\n\n{html.escape(help_)}\n")
-        if keys:
-            parts.append("<table><thead><tr><th>key</th><th>type</th><th>default</th><th>what it does</th></tr>"
-                         "</thead><tbody>\n" + "\n".join(_key_row(key) for key in keys) + "\n</tbody></table>\n")
+        parts.append(f"{level} {name or 'The run'} {{#{_anchor(name) or 'run'}}}\n\n{_paragraphs(help_)}")
+        parts += [_key_entry(key) for key in keys]
     return "\n".join(parts)
 
 
@@ -115,11 +130,11 @@ def _anchor(key: str) -> str:
     return html.escape(key.replace(LIST_ITEM, ""))
 
 
-def _key_row(key: Any) -> str:
+def _key_entry(key: KeyHelp) -> str:
     kind = key.type + ("" if key.range is None else f", {key.range}")
-    default = "required" if key.default is None else f"<code>{html.escape(key.default)}</code>"
-    return (f'<tr id="{_anchor(key.key)}"><td><code>{html.escape(key.key)}</code></td><td>{html.escape(kind)}</td>'
-            f"<td>{default}</td><td>{html.escape(key.help)}</td></tr>")
+    default = "required" if key.default is None else f"default <code>{html.escape(key.default)}</code>"
+    return (f"#### `{key.key}` {{#{_anchor(key.key)}}}\n\n<p class=\"mtx-facts\">{html.escape(kind)} · {default}</p>\n"
+            + _paragraphs(key.help))
 
 
 # ----------------------------------------------------------------------------------------------- the HTTP API
@@ -146,7 +161,7 @@ def http_reference(document: dict[str, Any]) -> str:
     defaults of `mtx serve`'s flags."""
     schemas = document["components"]["schemas"]
     parts = ["# HTTP API\n",
-             f"`mtx serve` answers over HTTP ({html.escape(document['info']['description'])}) This page is "
+             f"`mtx serve` answers over HTTP ({_inline(document['info']['description'])}) This page is "
              "generated from the server's own OpenAPI document, with `mtx serve`'s default limits "
              "(`--max-sentences`, `--max-chars`, `--max-beam`); a running server publishes its document, with its "
              "own limits and the loaded model's rules, at `/openapi.json` and shows it at `/docs`. "
@@ -159,35 +174,36 @@ def http_reference(document: dict[str, Any]) -> str:
             parts.append(_paragraphs(operation.get("description") or operation.get("summary", "")))
             body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
             if body is not None:
-                parts += ["### Request body\n", _paragraphs(body.get("description", "")), _fields(body, schemas)]
+                parts += ["### Request body\n", _paragraphs(body.get("description", "")),
+                          _fields(body, schemas, anchor)]
             parts.append("### Answers\n")
             for status, answer in operation["responses"].items():
                 schema = next(iter(answer.get("content", {}).values()), {}).get("schema", {})
                 name = _ref_name(schema)
                 shape = f" — `{name}`" if name else ""
-                parts.append(f"- **{status}** {html.escape(answer.get('description', ''))}{shape}")
+                parts.append(f"- **{status}** {_inline(answer.get('description', ''))}{shape}")
             parts.append("")
     parts.append("## Schemas {#schemas}\n")
     for name, schema in schemas.items():
         if name in ("HTTPValidationError", "ValidationError"):
             continue  # FastAPI's own, never sent: this server answers 400 with {"error", "field"}
         parts += [f"### {name} {{#schema-{name.lower()}}}\n", _paragraphs(schema.get("description", "")),
-                  _fields(schema, schemas)]
+                  _fields(schema, schemas, name.lower())]
     return "\n".join(parts) + "\n"
 
 
-def _fields(schema: dict[str, Any], schemas: dict[str, Any]) -> str:
+def _fields(schema: dict[str, Any], schemas: dict[str, Any], prefix: str) -> str:
+    """Each field as a level-4 heading with its anchor (`http.md#translaterequest-beam`), its type, default and
+    description under it, so that the site's search finds a field as a section of its own."""
     required = set(schema.get("required", []))
-    rows = []
+    parts = []
     for name, field in schema.get("properties", {}).items():
-        default = "required" if name in required else (
-            "—" if "default" not in field else f"<code>{html.escape(json.dumps(field['default']))}</code>")
-        rows.append(f"<tr><td><code>{html.escape(name)}</code></td><td>{html.escape(_type(field, schemas))}</td>"
-                    f"<td>{default}</td><td>{html.escape(field.get('description', ''))}</td></tr>")
-    if not rows:
-        return ""
-    return ("<table><thead><tr><th>field</th><th>type</th><th>default</th><th>what it is</th></tr></thead><tbody>\n"
-            + "\n".join(rows) + "\n</tbody></table>\n")
+        default = "required" if name in required else "no default" if "default" not in field else (
+            f"default <code>{html.escape(json.dumps(field['default']))}</code>")
+        facts = f"{html.escape(_type(field, schemas))} · {default}"
+        parts.append(f"#### `{name}` {{#{prefix}-{name}}}\n\n<p class=\"mtx-facts\">{facts}</p>\n"
+                     + _paragraphs(field.get("description", "")))
+    return "\n".join(parts) + "\n"
 
 
 def _type(field: dict[str, Any], schemas: dict[str, Any]) -> str:
@@ -277,6 +293,26 @@ def capabilities_table() -> str:
     return "\n".join(rows)
 
 
+def extras_table(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """pyproject.toml's optional extras as a Markdown table: each extra, what needs it (the comment above it, the
+    one place that says why it exists) and the packages it installs. `dev` and `docs` are for working on mtx."""
+    text = pyproject.read_text(encoding="utf-8")
+    section = text.split("[project.optional-dependencies]\n", 1)[1].split("\n[", 1)[0]
+    rows = ["| extra | what needs it | it installs |", "|---|---|---|"]
+    comment: list[str] = []
+    for entry in re.split(r"\n(?=\S)", section):  # a comment line, or an extra with its list (over lines too)
+        if entry.startswith("#"):
+            comment.append(entry.lstrip("# ").strip())
+            continue
+        name, packages = entry.split(" = ", 1)
+        listed, _, note = packages.rpartition("]")
+        why = " ".join(comment) or note.lstrip(" #").strip()  # dev's reason is the note after its list
+        wheels = ", ".join(f"`{p}`" for p in re.findall(r'"([^"]+)"', listed))
+        rows.append(f"| `{name}` | {why.replace('|', '&#124;')} | {wheels} |")
+        comment = []
+    return "\n".join(rows)
+
+
 # ----------------------------------------------------------------------------------------------- MkDocs' hooks
 
 
@@ -301,5 +337,15 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         markdown = markdown.replace(MODEL_PRESETS, presets_table())
     if CT2_CAPABILITIES in markdown:
         markdown = markdown.replace(CT2_CAPABILITIES, capabilities_table())
+    if EXTRAS in markdown:
+        markdown = markdown.replace(EXTRAS, extras_table())
     return markdown
+
+
+def on_config(config: Any) -> Any:
+    """The version every page's footer names: the package's own (mtx.__version__)."""
+    from mtx import __version__
+
+    config["copyright"] = f"mtx {__version__}"
+    return config
 

@@ -1,5 +1,7 @@
 """Recipes: YAML in, validated dataclasses out.
 
+Its modules:
+
     fields    `setting`: a field's default, help and range (`Bounds`), declared once beside it; the checks
               that read them, and `ConfigError`
     data      the `data:` section: the corpora (hf, files, tsv, demo), the filter, the subword vocabulary

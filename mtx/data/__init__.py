@@ -1,5 +1,7 @@
 """Data: from a recipe's corpora to the memory-mapped token splits the trainer reads.
 
+Its modules:
+
     corpora    where sentence pairs come from: Hugging Face datasets, plain-text or TSV files, the demo
     demo/      the built-in generated English→German corpus, with gold word alignments
     prepare    `mtx prepare`'s pipeline: clean and filter each corpus, learn the joint BPE, encode, write data/

@@ -1,5 +1,7 @@
 """Decoding: checkpoints and sentences in, translations out.
 
+Its modules:
+
     engine         the one interface every translating command uses (`Engine`)
     engines        an engine chosen by name (--engine): opened, and a request checked against its capabilities
     torch_engine   the `torch` engine: mtx's own search, the reference, every option; batches side by side in workers

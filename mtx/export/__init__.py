@@ -1,5 +1,7 @@
 """Serving an mtx model with another runtime: `mtx export` writes a checkpoint as a folder for another runtime.
 
+Its modules:
+
     hf             Hugging Face transformers: a MarianMT folder
     marian         the weights mapped onto MarianMT's names and shapes
     ctranslate2    a CTranslate2 model directory, quantized if asked

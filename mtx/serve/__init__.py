@@ -1,5 +1,7 @@
 """`mtx serve`: translation over HTTP, with the sentences of concurrent requests decoded in shared batches.
 
+Its modules:
+
     batcher      the bounded queue and its feeding threads: dynamic batching, refusal when full, the drain
     service      the engine, each request's checks (options, the model's facts, the engine's capabilities), answer
     metrics      counters and histograms for GET /metrics, in Prometheus' text format

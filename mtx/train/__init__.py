@@ -1,5 +1,7 @@
 """Training: the paper's setup (§5) from one CPU to many GPUs on many nodes.
 
+Its modules:
+
     command          `mtx train` and `mtx average`
     trainer          `Trainer`: the loop, one update after another, over the parts it is handed; `train`
     components       the run's parts built from its recipe (`build_run`), and the hooks tests replace

@@ -108,9 +108,19 @@ def test_the_recipe_reference_names_every_key_with_its_default(site: Path) -> No
     for key in all_keys():
         anchor = key.key.replace(LIST_ITEM, "")
         assert f'id="{anchor}"' in page, key.key
-    row = re.search(r'<tr id="train.update_tokens">(.*?)</tr>', page, flags=re.S).group(1)
+    entry = re.search(r'<h4 id="train.update_tokens">(.*?)(?=<h[1-4])', page, flags=re.S).group(1)
     (update_tokens,) = [k for k in all_keys() if k.key == "train.update_tokens"]
-    assert html.escape(update_tokens.help, quote=True) in row or update_tokens.help in html.unescape(row)
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", entry)).split())
+    assert update_tokens.help.replace("`", "") in text and update_tokens.default in text
+    assert "`" not in html.unescape(re.sub(r"<code>.*?</code>|<pre.*?</pre>", "", page, flags=re.S)), \
+        "a code span left as raw backticks"
+
+
+@needs_site
+@pytest.mark.parametrize("page", ["reference/http.html", "reference/cli.html"])
+def test_the_references_show_code_spans_as_code(site: Path, page: str) -> None:
+    text = (site / page).read_text(encoding="utf-8")
+    assert "`" not in html.unescape(re.sub(r"<code>.*?</code>|<pre.*?</pre>", "", text, flags=re.S))
 
 
 @needs_site
@@ -176,7 +186,8 @@ def test_the_generated_pages_follow_the_code_they_are_made_from(tmp_path: Path) 
                         "\t$(BIN)/mtx score -r $(DEMO)/ref -i $(DEMO)/hyp\n\nother:\n\t$(BIN)/mtx no\n")
     assert generators.demo_commands(makefile) == ["mtx prepare a.yaml", "mtx score -r runs/x/ref -i runs/x/hyp"]
     reference = generators.recipe_reference()
-    assert '<tr id="decode.lenpen">' in reference and '<tr id="data.sources.tag">' in reference
+    assert "#### `decode.lenpen` {#decode.lenpen}" in reference
+    assert "#### `data.sources[i].tag` {#data.sources.tag}" in reference
     assert "## The run {#run}" in reference
     from mtx.config.model import PRESETS
 
@@ -288,24 +299,82 @@ def test_pages_render_in_a_browser_with_no_request_leaving_the_machine(served: s
     assert 'class="md-nav' in dom and "md-content" in dom
 
 
+def search(url: str, query: str, folder: Path) -> list[str]:
+    """The links of the search results, in order, for `query` typed into the search box of the page at `url`, in
+    headless Chromium with no network (the host resolver maps every name to nothing)."""
+    browser = Browser(folder, *OFFLINE)
+    try:
+        browser.open(url)
+        assert browser.wait_for("document.querySelector('[data-md-component=search-query]') !== null")
+        browser.evaluate(f"""(() => {{ const box = document.querySelector('[data-md-component=search-query]');
+                                      box.focus(); box.value = {json.dumps(query)};
+                                      box.dispatchEvent(new KeyboardEvent('keyup', {{key: 's'}}));
+                                      box.dispatchEvent(new Event('input')); }})()""")
+        found = browser.wait_for("""[...document.querySelectorAll('.md-search-result__item > a')]
+                                   .map(a => a.getAttribute('href')).join(' ')""")
+    finally:
+        browser.close()
+    return found.split() if found else []
+
+
 @needs_site
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian's chromium)")
 @pytest.mark.parametrize("opened", ["served", "from disk"])
-def test_the_search_box_finds_a_recipe_key_offline(served: str, site: Path, opened: str, tmp_path: Path) -> None:
-    """Typed into the search box of the front page, update_tokens leads to its row of the recipe reference: on a
-    static server, and opened from disk (file://), where the search worker runs through the site's own copy of
-    iframe-worker's shim (no network: the host resolver maps every name to nothing)."""
-    browser = Browser(tmp_path, *OFFLINE)
-    try:
-        browser.open(f"{served}/index.html" if opened == "served" else (site / "index.html").as_uri())
-        assert browser.wait_for("document.querySelector('[data-md-component=search-query]') !== null")
-        browser.evaluate("""(() => { const box = document.querySelector('[data-md-component=search-query]');
-                                    box.focus(); box.value = 'update_tokens';
-                                    box.dispatchEvent(new KeyboardEvent('keyup', {key: 's'}));
-                                    box.dispatchEvent(new Event('input')); })()""")
-        found = browser.wait_for("""[...document.querySelectorAll('.md-search-result__item a')]
-                                   .map(a => a.getAttribute('href')).filter(h => h.includes('reference/recipe.html'))
-                                   .join(' ')""")
-    finally:
-        browser.close()
-    assert found, "the search found no recipe key"
+def test_the_search_box_finds_a_recipe_keys_entry_first_offline(served: str, site: Path, opened: str,
+                                                                 tmp_path: Path) -> None:
+    """Typed into the search box of the front page, lenpen_style leads first to its entry in the recipe reference:
+    on a static server, and opened from disk (file://), where the search worker runs through the site's own copy
+    of iframe-worker's shim."""
+    url = f"{served}/index.html" if opened == "served" else (site / "index.html").as_uri()
+    entries = [link for link in search(url, "lenpen_style", tmp_path) if "#" in link]  # sections, not pages
+    assert entries, "the search found no section"
+    assert "reference/recipe.html" in entries[0] and entries[0].endswith("#decode.lenpen_style"), entries[:5]
+
+
+@needs_site
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian's chromium)")
+@pytest.mark.parametrize(("query", "entry"), [("line_offset", "reference/http.html#post-translate-line_offset"),
+                                              ("split-sentences", "reference/cli.html#mtx-translate--split-sentences")])
+def test_the_search_box_finds_options_and_fields_as_entries(served: str, query: str, entry: str,
+                                                            tmp_path: Path) -> None:
+    """An HTTP field and a command's option are search sections of their own too, each with its anchor."""
+    results = search(f"{served}/index.html", query, tmp_path)
+    page, anchor = entry.split("#")
+    assert any(page in link and link.endswith(f"#{anchor}") for link in results), results[:8]
+
+
+def test_the_errors_page_quotes_messages_the_code_writes() -> None:
+    """Each row of the errors page quotes how a message begins: the quote is in mtx's source, so a message
+    reworded in the code fails here until the page follows."""
+    page = (ROOT / "docs" / "reference" / "errors.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (?!what is wrong|---)(.+?) \| `([^`]+)` \| (.+?) \|$", page, flags=re.M)
+    assert len(rows) >= 12
+    source = "\n".join(path.read_text(encoding="utf-8") for path in (ROOT / "mtx").rglob("*.py"))
+    missing = [quote for _, quote, _ in rows if quote not in source]
+    assert not missing, f"quoted on the errors page but written nowhere in mtx/: {missing}"
+
+
+def test_the_version_is_written_once_and_shown_on_the_site() -> None:
+    """mtx.__version__ is the one place: pyproject reads it, `mtx --version` prints it, every page's footer and
+    the changelog's newest entry name it."""
+    import mtx
+
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'dynamic = ["version"]' in pyproject and 'version = {attr = "mtx.__version__"}' in pyproject
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert re.search(r"^## (\S+)", changelog, flags=re.M).group(1) == mtx.__version__
+    config: dict[str, object] = {}
+    hooks().on_config(config)
+    assert config["copyright"] == f"mtx {mtx.__version__}"
+
+
+def test_the_install_page_lists_every_extra_of_pyproject() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    table = hooks().extras_table().splitlines()[2:]
+    assert [row.split(" | ")[0].removeprefix("| ").strip("`") for row in table] == list(extras)
+    for row, packages in zip(table, extras.values(), strict=True):
+        assert row.split(" | ")[1].strip(), row  # why the extra exists, from the comment above it
+        assert all(f"`{package}`" in row for package in packages), row
+    assert hooks().EXTRAS in (ROOT / "docs" / "install.md").read_text(encoding="utf-8")

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import ast
+import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +193,14 @@ def test_the_command_modules_import_no_torch() -> None:
             "if m in sys.modules); print(','.join(heavy))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("init", [PACKAGE / "__init__.py", *sorted(PACKAGE.glob("*/__init__.py"))],
+                         ids=lambda init: init.parent.name)
+def test_each_module_map_renders_as_written(init: Path) -> None:
+    """The API page (mkdocstrings) renders a docstring as Markdown after `inspect.cleandoc`: the map's lines must
+    keep their four spaces there, a code block laid out as written, not a paragraph that runs them together."""
+    docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")), clean=False) or ""
+    cleaned = inspect.cleandoc(docstring)
+    for name in mapped_names(docstring):
+        assert re.search(rf"^    {re.escape(name)}\s", cleaned, flags=re.M), f"{init}: {name} loses its indent"
