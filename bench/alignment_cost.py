@@ -63,6 +63,8 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--preset-sentences", type=int, default=50, help="sentences for the --preset model")
     parser.add_argument("--vocab", type=int, default=32000, help="BPE tokens of the --preset model")
+    parser.add_argument("--synthetic-pairs", type=int, default=100_000,
+                        help="synthetic pairs the --preset model's BPE is learnt on (fewer: a quick run)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
@@ -74,15 +76,15 @@ def main() -> None:
     sentences = test.read_text(encoding="utf-8").splitlines()[: args.sentences]
     measure("trained", model.eval(), tokenizer, DecodeConfig(beam=4), sentences, args)
     fixed = DecodeConfig(beam=4, max_len_a=0.0, max_len_b=args.tokens, min_len=args.tokens)
-    tokenizer, sentences = synthetic_tokenizer(args.vocab)
+    tokenizer, sentences = synthetic_tokenizer(args.vocab, args.synthetic_pairs)
     measure(args.preset, build_model(args.preset, tokenizer.vocab_size).eval(), tokenizer, fixed,
             sentences[: args.preset_sentences], args)
 
 
-def synthetic_tokenizer(vocab: int) -> tuple[Tokenizer, list[str]]:
-    """A joint BPE of `vocab` tokens learnt on 100,000 synthetic pairs, and their source sentences."""
+def synthetic_tokenizer(vocab: int, pairs: int) -> tuple[Tokenizer, list[str]]:
+    """A joint BPE of `vocab` tokens learnt on `pairs` synthetic pairs, and their source sentences."""
     with tempfile.TemporaryDirectory() as folder:
-        source, target = write_corpus(Path(folder), 100_000)
+        source, target = write_corpus(Path(folder), pairs)
         sources = source.read_text(encoding="utf-8").splitlines()
         tokenizer = Tokenizer.train([*sources, *target.read_text(encoding="utf-8").splitlines()], vocab)
     return tokenizer, sources

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from common import emit_skip
 from sacrebleu.metrics import BLEU, CHRF
 
 from mtx.decode.engine import Engine, cpu_instructions
@@ -61,6 +62,7 @@ def main() -> None:
     parser.add_argument("--lenpen", type=float, help="α [default: the checkpoint's]")
     parser.add_argument("--engine", default="torch", choices=["torch", "ct2"])
     parser.add_argument("--sentences", type=int, default=500, help="tag: how many")
+    parser.add_argument("--threads", type=int, default=2, help="the engine's CPU threads")
     args = parser.parse_args()
     if args.what == "tag":
         tgt = target_language(args.data, args.src)
@@ -72,8 +74,8 @@ def main() -> None:
     facts = ModelFacts.read([args.model])
     options = {"engine": args.engine, **({} if args.lenpen is None else {"lenpen": args.lenpen})}
     request = Request.of(facts, options)
-    engine = open_engine(args.engine, [args.model], device="cpu", dtype="fp32", threads=2, batch_tokens=4096,
-                         log=lambda _: None)
+    engine = open_engine(args.engine, [args.model], device="cpu", dtype="fp32", threads=args.threads,
+                         batch_tokens=4096, log=lambda _: None)
     src, tgt = facts.source_language, target_language(args.data, facts.source_language)
     sources, refs = (read_lines(args.data / f"test.{lang}") for lang in (src, tgt))
     common = {"model": str(args.model), "pair": f"{src}-{tgt}", "engine": args.engine, "lenpen": request.lenpen,
@@ -104,8 +106,15 @@ Segmenter = Callable[[str], list[tuple[int, int]]]
 
 
 def segmenters(language: str) -> dict[str, Segmenter]:
-    """How a line is cut: whole (one sentence), by sentencex (mtx's), by pysbd (its spans, stripped)."""
-    import pysbd
+    """How a line is cut: whole (one sentence), by sentencex (mtx's), by pysbd (its spans, stripped) where pysbd,
+    the peer it is compared with and no dependency of mtx, is installed (`pip install pysbd`)."""
+    cut: dict[str, Segmenter] = {"whole": lambda line: sentence_spans(line, language, split=False),
+                                 "sentencex": lambda line: sentence_spans(line, language)}
+    try:
+        import pysbd
+    except ImportError:
+        emit_skip("documents.paragraphs.pysbd", "pysbd is not installed: pip install pysbd")
+        return cut
 
     splitter = pysbd.Segmenter(language=language if language in pysbd.languages.LANGUAGE_CODES else "en",
                                clean=False, char_span=True)
@@ -119,8 +128,7 @@ def segmenters(language: str) -> dict[str, Segmenter]:
                 spans.append((start, start + len(stripped)))
         return spans
 
-    return {"whole": lambda line: sentence_spans(line, language, split=False),
-            "sentencex": lambda line: sentence_spans(line, language), "pysbd": by_pysbd}
+    return {**cut, "pysbd": by_pysbd}
 
 
 def paragraphs(engine: Engine, facts: ModelFacts, request: Request, sources: list[str], refs: list[str],
@@ -157,12 +165,15 @@ def paragraphs(engine: Engine, facts: ModelFacts, request: Request, sources: lis
         for name in cut:
             outs = [write_document(d, [translated.get(s) for s in d.sources()]) for d in documents[name][key]]
             chosen = range(len(outs)) if lines is None else lines
+            if not chosen:  # a small set may have no line that is cut or long: no score, rather than sacrebleu's error
+                records.append({"set": set_name, "lines": 0, "way": name})
+                continue
             hyps, ref = [outs[i] for i in chosen], [references[i] for i in chosen]
             bleu = BLEU().corpus_score(hyps, [ref])
             records.append({"set": set_name, "lines": len(hyps), "way": name, "bleu": round(bleu.score, 2),
                             "chrf": round(CHRF().corpus_score(hyps, [ref]).score, 2),
                             "ratio": round(bleu.sys_len / bleu.ref_len, 3)})
-    for name in ("sentencex", "pysbd"):
+    for name in sorted(cut.keys() - {"whole"}):
         cuts = [{start for start, _ in d.sentences[1:]} for d in documents[name]["joined"]]
         found = sum(len(c & j) for c, j in zip(cuts, joins, strict=True))
         records.append({"set": "joins found", "way": name, "joins": sum(map(len, joins)), "found": found,

@@ -378,3 +378,16 @@ def test_the_install_page_lists_every_extra_of_pyproject() -> None:
         assert row.split(" | ")[1].strip(), row  # why the extra exists, from the comment above it
         assert all(f"`{package}`" in row for package in packages), row
     assert hooks().EXTRAS in (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="needs the docs extra (make install-extras)")
+def test_a_build_without_graphviz_stops_with_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without Graphviz's dot the build stops on the first diagram with one line naming the package, as README's
+    `make docs` paragraph says (MkDocs prints a PluginError as "ERROR - message", no traceback)."""
+    from mkdocs.exceptions import PluginError
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no dot on the PATH
+    with pytest.raises(PluginError, match=r"needs Graphviz's dot: apt-get install graphviz"):
+        hooks().draw(ROOT / "docs" / "diagrams" / "model.dot")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "apt-get install graphviz" in readme and "`make docs` stops with a message" in readme
