@@ -19,6 +19,8 @@ from mtx.config.fields import (
     setting,
 )
 
+BestMetric = Literal["bleu", "nll"]  # what a run is judged by (mtx.train.best: their directions)
+
 
 @dataclass
 class TrainConfig:
@@ -65,7 +67,7 @@ class TrainConfig:
         5, "Step checkpoints also kept for their validation: the best N by train.best_metric, beside the keep_last "
         "newest, whose average `mtx average --dir` tries. Only a checkpoint written at a validated step has a "
         "score (save_every a multiple of validate_every).", bounds=Bounds(0, note="0 keeps none for their score"))
-    best_metric: Literal["bleu", "nll"] = setting(
+    best_metric: BestMetric = setting(
         "nll", "The validation score that picks best.pt, counts train.patience, and ranks the checkpoints that "
         "train.keep_best keeps and `mtx average --best` averages: nll (the references' per-token negative "
         "log-likelihood over the whole valid split, lower is better; fairseq's default) or bleu (the valid "

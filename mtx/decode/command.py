@@ -44,12 +44,12 @@ from mtx.decode.shards import Shard, ShardOutput, file_identity
 from mtx.errors import MtxError
 
 if TYPE_CHECKING:
-    from mtx.decode.engine import Dtype
+    from mtx.decode.engine import Dtype, Engine
     from mtx.decode.facts import ModelFacts
     from mtx.decode.output import ScoreWriter, SearchWriter
     from mtx.decode.translation import TranslationStats
     from mtx.devices import DeviceName
-    from mtx.documents.document import Document
+    from mtx.documents.document import Document, DocumentWriter
 
 READ_AHEAD_LINES = 2000  # a window: enough sentences for length sorting to pay off, few enough to stream
 
@@ -199,10 +199,8 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
     from mtx.decode.engine import Dtype
     from mtx.decode.engines import open_engine, refusal
     from mtx.decode.facts import ModelFacts
-    from mtx.decode.output import score_writer, search_writer
     from mtx.decode.translation import TranslationStats
     from mtx.devices import DeviceName
-    from mtx.documents.document import DocumentWriter, is_document, translate_documents
 
     for flag, value, allowed in (("--device", device, DeviceName), ("--dtype", dtype, Dtype),
                                  ("--errors", errors, Errors)):
@@ -243,24 +241,35 @@ def translate_file(checkpoints: Sequence[Path], input_path: Path | None, output_
             lines, given = (itertools.islice(stream, todo.start, todo.stop) for stream in (lines, given))
             skipped = todo.start
         windows = read_windows(lines, companion, given, full=is_a_file(source))
-        first = request.line_offset + skipped
-        if reference_path is None and is_document(request):  # lines as paragraphs or markup (mtx.documents)
-            results = (translate_documents(engine, facts, read_window(w, request, facts, skipped), request,
-                                           range(first + w.first, first + w.first + len(w.lines))) for w in windows)
-            writer = DocumentWriter(facts.tokenizer, request.format == "jsonl")
-        elif reference_path is None:  # the translating, and the writer of its results, chosen once
-            results = (engine.translate(facts.encode(w.lines, request.target_lang), request,
-                                        range(first + w.first, first + w.first + len(w.lines)), w.given or None)
-                       for w in windows)
-            writer = search_writer(request.format, facts.tokenizer, request.nbest > 1, request.alignment)
-        else:
-            results = (engine.score(w.lines, w.given, request) for w in windows)
-            writer = score_writer(request.format, facts.tokenizer)
+        results, writer = translation_of(engine, facts, request, windows, skipped, scoring=reference_path is not None)
         write_lines(results, writer, sink, (lambda: log(f"\r{engine.stats.summary()}")) if show_progress else None)
         if shard_output is not None:
             shard_output.finish()
     report(engine.stats, facts.limits.max_positions, engine.provenance(), log, show_progress)
     return engine.stats
+
+
+def translation_of(engine: Engine, facts: ModelFacts, request: Request, windows: Iterator[Window], skipped: int,
+                   scoring: bool) -> tuple[Iterator[Sequence[Any]], SearchWriter | ScoreWriter | DocumentWriter]:
+    """Each window's results and the writer of their lines, chosen once: the given translations scored
+    (--score-reference), the lines read as documents (paragraphs or markup, mtx.documents), or a search. `skipped`:
+    the input's lines before the first one translated here (a shard's)."""
+    from mtx.decode.output import score_writer, search_writer
+    from mtx.documents.document import DocumentWriter, is_document, translate_documents
+
+    first = request.line_offset + skipped
+
+    def numbers(window: Window) -> range:
+        return range(first + window.first, first + window.first + len(window.lines))
+
+    if scoring:
+        return ((engine.score(w.lines, w.given, request) for w in windows),
+                score_writer(request.format, facts.tokenizer))
+    if is_document(request):
+        return ((translate_documents(engine, facts, read_window(w, request, facts, skipped), request, numbers(w))
+                 for w in windows), DocumentWriter(facts.tokenizer, request.format == "jsonl"))
+    return ((engine.translate(facts.encode(w.lines, request.target_lang), request, numbers(w), w.given or None)
+             for w in windows), search_writer(request.format, facts.tokenizer, request.nbest > 1, request.alignment))
 
 
 def check_documents(request: Request, companion: Companion | None) -> None:
@@ -496,7 +505,7 @@ def read_windows(lines: Iterable[str], companion: Companion | None, given: Itera
 # ---------------------------------------------------------------------------------------------------- writing
 
 
-def write_lines(results: Iterable[Sequence[Any]], writer: SearchWriter | ScoreWriter, sink: BinaryIO,
+def write_lines(results: Iterable[Sequence[Any]], writer: SearchWriter | ScoreWriter | DocumentWriter, sink: BinaryIO,
                 progress: Callable[[], None] | None) -> None:
     """Each window's `results` as output lines (`writer.line`), written and flushed as one, then `progress`.
     A reader of standard output that leaves (`mtx translate ... | head`) stops the translation quietly."""

@@ -163,12 +163,11 @@ def translate_documents(engine: Engine, facts: ModelFacts, documents: Sequence[D
 def join_documents(documents: Sequence[Document], nbests: Sequence[list[Translation]]) -> list[DocumentTranslation]:
     """The documents written back from their sentences' n-best lists, given in order (`translate_documents`; the
     server's batcher)."""
-    sources = [source for document in documents for source in document.sources()]
     results, at = [], 0
     for document in documents:
         mine = nbests[at: at + len(document.sentences)]
         results.append(DocumentTranslation(write_document(document, [nbest[0] if nbest else None for nbest in mine]),
-                                           list(zip(sources[at: at + len(mine)], mine, strict=True))))
+                                           list(zip(document.sources(), mine, strict=True))))
         at += len(mine)
     return results
 

@@ -166,13 +166,13 @@ def _place(marked: Marked, words: Sequence[Span], links: _Links, length: int) ->
                 placed[i] = _Placed(max(hull[0], outer.first), min(hull[1], outer.last))
                 spans.append(i)
         spans.sort(key=lambda i: (placed[i].first, i))
-        nested, end = [], -1
+        nested, end = _Siblings(), -1
         for i in spans:  # a sibling starts after the ones before it end: spans nest
             placed[i].first = max(placed[i].first, end + 1)
             if placed[i].first <= placed[i].last:
-                nested.append(placed[i])
+                nested.add(placed[i])
                 end = placed[i].last
-        taken = {id(span) for span in nested}
+        taken = {id(span) for span in nested.spans}
         for i in kids:
             if id(placed[i]) in taken:
                 continue
@@ -183,25 +183,52 @@ def _place(marked: Marked, words: Sequence[Span], links: _Links, length: int) ->
                 gap, outer, nested)
             placed[i] = _Placed(gap=gap) if word is None else _Placed(word, word)
             if word is not None:
-                nested.insert(bisect.bisect_left([span.first for span in nested], word), placed[i])
+                nested.add(placed[i])
     return placed
 
 
-def _free_word(gap: int, outer: _Placed, spans: list[_Placed]) -> int | None:
+class _Siblings:
+    """Siblings' spans, disjoint, in order, with their first words beside them to search: an element left with no
+    words looks for its place among them, and each one placed joins them (one list built per look would make a
+    line of many such elements quadratic)."""
+
+    def __init__(self) -> None:
+        self.spans: list[_Placed] = []
+        self.firsts: list[int] = []
+
+    def add(self, span: _Placed) -> None:
+        at = bisect.bisect_left(self.firsts, span.first)
+        self.spans.insert(at, span)
+        self.firsts.insert(at, span.first)
+
+    def holding(self, word: int) -> int:
+        """The index of the last span starting at or before `word` (-1: none); it holds `word` if it reaches it."""
+        return bisect.bisect_right(self.firsts, word) - 1
+
+    def give_up(self, index: int, word: int) -> None:
+        """Take `word`, an edge of the span at `index` of several words, from it."""
+        span = self.spans[index]
+        if word == span.first:
+            span.first = self.firsts[index] = word + 1
+        else:
+            span.last = word - 1
+
+
+def _free_word(gap: int, outer: _Placed, siblings: _Siblings) -> int | None:
     """For an element that wrapped words but was left with none (none aligned, or all taken by earlier siblings):
     the nearest target word to its gap (after it, before it, then one further each way) that its parent holds and
     no sibling does; failing that, the word after or before the gap at the edge of a sibling's span of several,
     which gives it up. Markup that wraps nothing shows nothing (and Markdown cannot write empty emphasis), so one
     word is the better guess."""
     candidates = [word for word in (gap, gap - 1, gap + 1, gap - 2) if outer.first <= word <= outer.last]
-    holders = [bisect.bisect_right([span.first for span in spans], word) - 1 for word in candidates]
+    holders = [siblings.holding(word) for word in candidates]
     for word, holder in zip(candidates, holders, strict=True):
-        if holder < 0 or spans[holder].last < word:
+        if holder < 0 or siblings.spans[holder].last < word:
             return word
     for word, holder in zip(candidates[:2], holders, strict=False):
-        span = spans[holder]
+        span = siblings.spans[holder]
         if span.first < span.last and word in (span.first, span.last):
-            span.first, span.last = (word + 1, span.last) if word == span.first else (span.first, word - 1)
+            siblings.give_up(holder, word)
             return word
     return None
 
@@ -237,16 +264,15 @@ def _run(element: Element, starts: list[int], ends: list[int], links: _Links) ->
     return run
 
 
-def _gap(reached: int | None, outer: _Placed, spans: list[_Placed]) -> int:
+def _gap(reached: int | None, outer: _Placed, siblings: _Siblings) -> int:
     """Where an element with no words of its own goes: after `reached`, the last target word aligned to a source
-    word before it (at its parent's start if none is), inside its parent, outside its siblings' `spans` (sorted,
-    disjoint)."""
+    word before it (at its parent's start if none is), inside its parent, outside its siblings' spans."""
     if outer.gap is not None:
         return outer.gap
     gap = min(max(outer.first if reached is None else reached + 1, outer.first), outer.last + 1)
-    inside = bisect.bisect_left([span.first for span in spans], gap) - 1  # the last span starting before the gap
-    if inside >= 0 and gap <= spans[inside].last:
-        gap = spans[inside].last + 1
+    inside = bisect.bisect_left(siblings.firsts, gap) - 1  # the last span starting before the gap
+    if inside >= 0 and gap <= siblings.spans[inside].last:
+        gap = siblings.spans[inside].last + 1
     return gap
 
 

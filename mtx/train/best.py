@@ -15,9 +15,10 @@ checkpoint, the one trained longer.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
-BestMetric = Literal["bleu", "nll"]
+from mtx.config.train import BestMetric
+
 HIGHER_IS_BETTER: dict[str, bool] = {"bleu": True, "nll": False}
 
 

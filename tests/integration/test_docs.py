@@ -391,3 +391,13 @@ def test_a_build_without_graphviz_stops_with_what_to_install(monkeypatch: pytest
         hooks().draw(ROOT / "docs" / "diagrams" / "model.dot")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "apt-get install graphviz" in readme and "`make docs` stops with a message" in readme
+
+
+@needs_site
+def test_no_page_of_the_site_names_an_issue_number(site: Path) -> None:
+    """A reader cannot look up "issue 38": the pages, and what they include (TESTING.md, the notebook's sections),
+    say what was done and when instead."""
+    for page in sorted(site.rglob("*.html")):
+        text = html.unescape(re.sub(r"<[^>]+>", " ", page.read_text(encoding="utf-8")))
+        found = re.search(r"\bissues? \d+", text, flags=re.IGNORECASE)
+        assert found is None, f"{page.relative_to(site)}: {text[max(0, found.start() - 60): found.end() + 20]!r}"
