@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from common import emit_skip
+from common import emit, emit_skip
 from sacrebleu.metrics import BLEU, CHRF
 
 from mtx.decode.engine import Engine, cpu_instructions
@@ -54,16 +54,23 @@ LONG = 25  # words: issue 36's long sources, which ran to 0.57 of the reference 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["paragraphs", "tag", "markup"])
+    parser.add_argument("what", choices=["paragraphs", "tag", "markup", "place"])
     parser.add_argument("-m", "--model", type=Path, help="the checkpoint (paragraphs, markup)")
-    parser.add_argument("--data", type=Path, required=True, help="the corpus folder: test.SRC, test.TGT, train.*")
+    parser.add_argument("--data", type=Path, help="the corpus folder: test.SRC, test.TGT, train.* (not for place)")
     parser.add_argument("--src", default="en", help="tag: the source language")
     parser.add_argument("--tagged", type=Path, help="tag: where to write the tagged sentences; markup: them")
     parser.add_argument("--lenpen", type=float, help="α [default: the checkpoint's]")
     parser.add_argument("--engine", default="torch", choices=["torch", "ct2"])
     parser.add_argument("--sentences", type=int, default=500, help="tag: how many")
     parser.add_argument("--threads", type=int, default=2, help="the engine's CPU threads")
+    parser.add_argument("--elements", type=int, default=8000, help="place: the elements of the line")
+    parser.add_argument("--repeats", type=int, default=3, help="place: timed runs")
     args = parser.parse_args()
+    if args.what == "place":
+        placement(args.elements, args.repeats)
+        return
+    if args.data is None:
+        parser.error(f"{args.what} needs --data")
     if args.what == "tag":
         tgt = target_language(args.data, args.src)
         sources, refs = (read_lines(args.data / f"test.{lang}") for lang in (args.src, tgt))
@@ -179,6 +186,33 @@ def paragraphs(engine: Engine, facts: ModelFacts, request: Request, sources: lis
         records.append({"set": "joins found", "way": name, "joins": sum(map(len, joins)), "found": found,
                         "cuts_inside_lines": sum(len(c - j) for c, j in zip(cuts, joins, strict=True))})
     return records
+
+
+def placement(count: int, repeats: int) -> None:
+    """`place`: a line of `count` elements, each around one word, read (`read_html`) and placed (`project`) on a
+    translation whose every other word is aligned to none, so that each of those elements looks among its placed
+    siblings for a free word: how placing scales with the elements of a line (at most MAX_ELEMENTS)."""
+    from mtx.documents.html import read_html
+    from mtx.documents.markup import Target, project
+
+    words = [f"w{i}" for i in range(count)]
+    line = " ".join(f"<b>{word}</b>" for word in words)
+    spans, at = [], 0
+    for word in words:
+        spans.append((at, at + len(word)))
+        at += len(word) + 1
+    target = Target(words, ["", *[" "] * (count - 1), ""], [None if t % 2 else t for t in range(count)])
+    read, placed = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        marked = read_html(line)
+        read.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        project(marked, spans, target)
+        placed.append(time.perf_counter() - started)
+    config = {"elements": count, "cpu": cpu_instructions()}
+    emit("documents.place.read", config, read, "s")
+    emit("documents.place.project", config, placed, "s")
 
 
 TAGS = ['<b>', '<a href="https://example.org/?a=1&amp;b=2" title="x > y">', '<em class="term">']

@@ -273,6 +273,13 @@ def test_documents_scores_paragraphs_whole_and_cut(tiny_run: Path, tmp_path: Pat
 
 
 @pytest.mark.slow
+def test_documents_times_placing_a_line_of_many_elements() -> None:
+    names = by_name(run("documents.py", "place", "--elements", "200", "--repeats", "1"))
+    for name in ("documents.place.read", "documents.place.project"):
+        assert timed(names[name]) and names[name]["config"]["elements"] == 200, names.get(name)
+
+
+@pytest.mark.slow
 def test_lenpen_sample_chooses_on_each_sample(tiny_run: Path) -> None:
     lines = run("lenpen_sample.py", "-m", str(tiny_run / "checkpoints" / "step_10.pt"), "--sentences", "5")
     assert [line["sentences"] for line in lines] == [5, 12]
