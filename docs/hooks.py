@@ -79,8 +79,16 @@ def _entries(prefix: str, params: list[Any], ctx: Any) -> str:
             continue
         opts, help_ = record
         name = max(param.opts, key=len) if param.opts else param.name
-        parts.append(f"#### `{opts}` {{#{prefix}{'' if name.startswith('-') else '-'}{name}}}\n\n{_paragraphs(help_)}")
+        parts.append(_entry(opts, f"{prefix}{'' if name.startswith('-') else '-'}{name}", help_))
     return "\n".join(parts) + "\n"
+
+
+def _entry(title: str, anchor: str, help_: str, facts: str = "") -> str:
+    """A reference's entry (a command's option, a recipe key, an HTTP field): a level-4 heading of its name with its
+    own anchor, which the site's search finds as a section of its own; its type and default (`facts`, HTML) on a
+    line under it; then its help."""
+    line = f'<p class="mtx-facts">{facts}</p>\n' if facts else ""
+    return f"#### `{title}` {{#{anchor}}}\n\n{line}{_paragraphs(help_)}"
 
 
 def _paragraphs(text: str) -> str:
@@ -133,8 +141,7 @@ def _anchor(key: str) -> str:
 def _key_entry(key: KeyHelp) -> str:
     kind = key.type + ("" if key.range is None else f", {key.range}")
     default = "required" if key.default is None else f"default <code>{html.escape(key.default)}</code>"
-    return (f"#### `{key.key}` {{#{_anchor(key.key)}}}\n\n<p class=\"mtx-facts\">{html.escape(kind)} · {default}</p>\n"
-            + _paragraphs(key.help))
+    return _entry(key.key, _anchor(key.key), key.help, f"{html.escape(kind)} · {default}")
 
 
 # ----------------------------------------------------------------------------------------------- the HTTP API
@@ -193,16 +200,15 @@ def http_reference(document: dict[str, Any]) -> str:
 
 
 def _fields(schema: dict[str, Any], schemas: dict[str, Any], prefix: str) -> str:
-    """Each field as a level-4 heading with its anchor (`http.md#translaterequest-beam`), its type, default and
-    description under it, so that the site's search finds a field as a section of its own."""
+    """Each field as a reference entry (`_entry`) anchored under `prefix` (`http.md#post-translate-beam`,
+    `http.md#hypothesis-score`)."""
     required = set(schema.get("required", []))
     parts = []
     for name, field in schema.get("properties", {}).items():
         default = "required" if name in required else "no default" if "default" not in field else (
             f"default <code>{html.escape(json.dumps(field['default']))}</code>")
-        facts = f"{html.escape(_type(field, schemas))} · {default}"
-        parts.append(f"#### `{name}` {{#{prefix}-{name}}}\n\n<p class=\"mtx-facts\">{facts}</p>\n"
-                     + _paragraphs(field.get("description", "")))
+        parts.append(_entry(name, f"{prefix}-{name}", field.get("description", ""),
+                            f"{html.escape(_type(field, schemas))} · {default}"))
     return "\n".join(parts) + "\n"
 
 
@@ -305,10 +311,9 @@ def extras_table(pyproject: Path = ROOT / "pyproject.toml") -> str:
             comment.append(entry.lstrip("# ").strip())
             continue
         name, packages = entry.split(" = ", 1)
-        listed, _, note = packages.rpartition("]")
-        why = " ".join(comment) or note.lstrip(" #").strip()  # dev's reason is the note after its list
+        listed = packages.rpartition("]")[0]  # not a note after the list
         wheels = ", ".join(f"`{p}`" for p in re.findall(r'"([^"]+)"', listed))
-        rows.append(f"| `{name}` | {why.replace('|', '&#124;')} | {wheels} |")
+        rows.append(f"| `{name}` | {' '.join(comment).replace('|', '&#124;')} | {wheels} |")
         comment = []
     return "\n".join(rows)
 

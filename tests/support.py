@@ -652,3 +652,32 @@ def marian_tokenizer_folder(directory: Path, pairs: int = 1000, source_pieces: i
     MarianTokenizer(source_spm=str(directory / "source.spm"), target_spm=str(directory / "target.spm"),
                     vocab=str(directory / "vocab.json"), source_lang="en", target_lang="de").save_pretrained(directory)
     return directory
+
+
+# ----------------------------------------------------------------------------------------------- the documentation
+
+
+def docs_hooks():
+    """docs/hooks.py, the site's generators, imported as MkDocs imports it (it is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def snippet(argument: str) -> str:
+    """What a page's `--8<-- "FILE[:SECTION]"` line includes, as pymdownx.snippets does (base path: the
+    repository): the whole file, or the lines between its `[start:SECTION]` and `[end:SECTION]` markers (sections
+    may nest); a section that is not there fails, as the strict build does."""
+    import re
+
+    path, _, section = argument.partition(":")
+    text = (ROOT / path).read_text(encoding="utf-8")
+    if not section:
+        return text
+    start = re.search(rf"\[start:{re.escape(section)}\][^\n]*\n", text)
+    end = None if start is None else re.search(rf"\n[^\n]*\[end:{re.escape(section)}\]", text[start.end():])
+    assert start is not None and end is not None, f"{path} has no section {section}"
+    return text[start.end(): start.end() + end.start()]

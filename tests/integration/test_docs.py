@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support import CHROMIUM, Browser, chromium, png_pixels
+from support import docs_hooks as hooks
 
 ROOT = Path(__file__).resolve().parents[2]
 README_LINES = 200
@@ -43,14 +44,6 @@ needs_site = pytest.mark.skipif(
     or shutil.which("dot") is None,
     reason="the site needs the docs and serve extras (make install-extras) and Graphviz's dot (apt-get install "
     "graphviz)")
-
-
-def hooks():
-    """docs/hooks.py, the generators, imported as MkDocs imports it."""
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

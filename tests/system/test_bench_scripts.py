@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ROOT
+from support import ROOT, snippet
 
 BENCH = ROOT / "bench"
 PAGES = ROOT / "docs" / "benchmarks"
@@ -300,40 +300,24 @@ def test_alignment_reports_each_layer_and_head(tiny_run: Path) -> None:
     assert names["alignment.diagonal"]["links"] > 0
 
 
-def sections(notebook: str) -> dict[str, str]:
-    """The notebook's snippet sections by name: the text between `[start:NAME]` and `[end:NAME]`."""
-    found = {}
-    for start in re.finditer(r"\[start:([a-z0-9_-]+)\][^\n]*\n", notebook):  # sections may nest
-        end = re.search(rf"\n[^\n]*\[end:{re.escape(start.group(1))}\]", notebook[start.end():])
-        if end is not None:
-            found[start.group(1)] = notebook[start.end(): start.end() + end.start()]
-    return found
-
-
 def test_benchmarks_section_names_no_issue() -> None:
-    """The curated pages say what was measured, when, where and how: no "issue N", in them or in the notebook's
-    sections they include."""
-    notebook = sections((BENCH / "README.md").read_text(encoding="utf-8"))
+    """The curated pages say what was measured, when, where and how: no "issue N" in them (nor in the notebook's
+    sections they include: the next test reads every page's)."""
     pages = sorted(PAGES.glob("*.md"))
     assert pages
     for page in pages:
         text = page.read_text(encoding="utf-8")
         assert not ISSUE.search(text), f"{page.name}: {ISSUE.search(text).group()}"
-        for name in INCLUDE.findall(text):
-            assert name in notebook, f"{page.name} includes bench/README.md:{name}, which has no section"
-            assert not ISSUE.search(notebook[name]), f"bench/README.md:{name}: {ISSUE.search(notebook[name]).group()}"
 
 
 def test_every_table_a_page_includes_says_when_and_how() -> None:
     """Each table of figures a page of the site includes (benchmarks and guides alike) carries its date and the
     command that measured it, inside its section, and no "issue N"."""
-    notebook = sections((BENCH / "README.md").read_text(encoding="utf-8"))
     included = {name for page in sorted((ROOT / "docs").rglob("*.md"))
                 for name in INCLUDE.findall(page.read_text(encoding="utf-8"))}
     assert len(included) > 40
     for name in sorted(included):
-        assert name in notebook, f"a page includes bench/README.md:{name}, which has no section"
-        text = notebook[name]
+        text = snippet(f"bench/README.md:{name}")
         assert re.search(r"\b20\d\d-\d\d-\d\d\b", text), f"bench/README.md:{name} has no date"
         assert re.search(r"`[^`]*(bench/|make |mtx |examples/)[^`]*`", text), f"bench/README.md:{name} has no command"
         assert not ISSUE.search(text), f"bench/README.md:{name}: {ISSUE.search(text).group()}"

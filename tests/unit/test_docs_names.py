@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import snippet
 
 from mtx.config.keys import LIST_ITEM, all_keys
 
@@ -233,17 +234,6 @@ def _paths(node: yaml.MappingNode, line: int, prefix: str):
             for item in value.value:
                 if isinstance(item, yaml.MappingNode):
                     yield from _paths(item, line, path + LIST_ITEM)
-
-
-def snippet(argument: str) -> str:
-    """What a `--8<-- "FILE[:SECTION]"` line includes (pymdownx.snippets, base path: the repository)."""
-    path, _, section = argument.partition(":")
-    text = (ROOT / path).read_text(encoding="utf-8")
-    if not section:
-        return text
-    match = re.search(rf"--8<-- \[start:{re.escape(section)}\].*?\n(.*?)\n.*?--8<-- \[end:{re.escape(section)}\]",
-                      text, flags=re.S)
-    return match.group(1) if match else ""
 
 
 def names_in_markdown(text: str) -> list[Name]:
